@@ -1,0 +1,38 @@
+# Every target creates .venv on first use, so a fresh clone needs nothing else.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test lint typecheck unit bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e . --config-settings editable_mode=strict
+	touch $@
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
+	touch $(VENV)/.installed $@
+
+demo: $(VENV)/.installed
+	$(BIN)/trioplay demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check engine stores adapters tests benchmarks examples
+	$(BIN)/ruff format --check engine stores adapters tests benchmarks examples
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test: lint unit
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .trioplay .mypy_cache .pytest_cache .ruff_cache build *.egg-info

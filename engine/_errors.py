@@ -1,0 +1,237 @@
+"""Every error a trioplay user can see, in one small hierarchy.
+
+All of them derive from :class:`TrioplayError`. Errors that are stored in a
+receipt (so a rerun raises the same error without calling the provider again)
+round-trip through :func:`error_to_record` / :func:`error_from_record`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+TransientCategory = Literal["rate_limit", "network", "upstream"]
+FetchPhase = Literal["headers", "body", "total"]
+
+
+class TrioplayError(Exception):
+    """Base class of every trioplay error."""
+
+    code: str = "TRIOPLAY_ERROR"
+
+
+class PlayInputError(TrioplayError, ValueError):
+    """The play's input is unusable: a missing file, a missing column, a bad line.
+
+    Raised before any tool call is made. The message names the file, the line
+    and the column where that makes sense.
+    """
+
+    code = "PLAY_INPUT"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: str | None = None,
+    ) -> None:
+        place = []
+        if path is not None:
+            place.append(str(path))
+        if line is not None:
+            place.append(f"line {line}")
+        if column is not None:
+            place.append(f"column {column!r}")
+        prefix = ", ".join(place)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+        self.path = path
+        self.line = line
+        self.column = column
+
+
+class PlayDefinitionError(TrioplayError, TypeError):
+    """The play itself is wrong (unknown tool id, bad resolver, bad option).
+
+    These are programming errors: they fail the run at once instead of being
+    isolated to one row, because every row would fail the same way.
+    """
+
+    code = "PLAY_DEFINITION"
+
+
+class ToolExecutionError(TrioplayError):
+    """A tool call failed permanently; the failure is recorded in its receipt."""
+
+    code = "TOOL_EXECUTION"
+
+    def __init__(self, message: str, *, tool_id: str | None = None) -> None:
+        super().__init__(message)
+        self.tool_id = tool_id
+
+
+class UnknownToolError(PlayDefinitionError):
+    """``tool(tool_id, ...)`` named a tool that is not registered."""
+
+    code = "UNKNOWN_TOOL"
+
+
+class ProviderTransientError(TrioplayError):
+    """A provider failed in a way that may succeed later.
+
+    ``category`` is ``"rate_limit"``, ``"network"`` or ``"upstream"``;
+    ``retry_after`` (seconds) is the provider's hint when it gave one. Transient
+    failures are not recorded as failed receipts: the next attempt calls again.
+    """
+
+    code = "PROVIDER_TRANSIENT"
+
+    def __init__(
+        self,
+        category: TransientCategory,
+        message: str = "",
+        *,
+        retry_after: float | None = None,
+        tool_id: str | None = None,
+    ) -> None:
+        text = f"[{category}] {message}" if message else f"[{category}] transient provider error"
+        super().__init__(text)
+        self.category: TransientCategory = category
+        self.retry_after = retry_after
+        self.tool_id = tool_id
+
+
+class ToolTimeout(ProviderTransientError):
+    """A tool call ran longer than its ``timeout``."""
+
+    code = "TOOL_TIMEOUT"
+
+    def __init__(self, tool_id: str, timeout: float) -> None:
+        super().__init__(
+            "upstream", f"tool {tool_id!r} exceeded its timeout of {timeout:g}s", tool_id=tool_id
+        )
+        self.timeout = timeout
+
+
+class FetchTimeout(TrioplayError):
+    """``fetch`` ran past one of its deadlines.
+
+    ``phase`` is ``"headers"``, ``"body"`` or ``"total"`` (the total deadline
+    was the binding one); ``timeout`` is that phase's limit in seconds.
+    """
+
+    code = "CTX_FETCH_TIMEOUT"
+
+    def __init__(self, phase: FetchPhase, timeout: float) -> None:
+        timeout_ms = round(timeout * 1000)
+        super().__init__(
+            f"[CTX_FETCH_TIMEOUT phase={phase} timeout_ms={timeout_ms}] "
+            f"fetch exceeded its {phase} deadline after {timeout_ms}ms."
+        )
+        self.phase: FetchPhase = phase
+        self.timeout = timeout
+
+
+class FetchError(TrioplayError):
+    """``fetch`` failed for a reason other than a deadline (transport, body size)."""
+
+    code = "CTX_FETCH"
+
+
+class UnsafeOutboundUrl(FetchError):
+    """``fetch`` refused a destination that is not a public address."""
+
+    code = "UNSAFE_OUTBOUND_URL"
+
+
+class LeaseLost(TrioplayError):
+    """This process no longer owns the receipt it was executing."""
+
+    code = "LEASE_LOST"
+
+    def __init__(self, key: str, message: str = "") -> None:
+        super().__init__(message or f"lease lost for receipt {key[:16]}")
+        self.key = key
+
+
+class ReceiptWaitTimeout(TrioplayError):
+    """Another owner held a receipt longer than this call was willing to wait."""
+
+    code = "RECEIPT_WAIT_TIMEOUT"
+
+    def __init__(self, key: str, waited: float) -> None:
+        super().__init__(
+            f"receipt {key[:16]} is still held by another owner after waiting {waited:g}s"
+        )
+        self.key = key
+        self.waited = waited
+
+
+class RowOutputNotJsonSerializable(TrioplayError, TypeError):
+    """A resolver returned a value that cannot be stored as JSON."""
+
+    code = "RUNTIME_ROW_OUTPUT_NOT_JSON_SERIALIZABLE"
+
+
+class MapMemoryLimitError(TrioplayError, MemoryError):
+    """A single row is larger than the active-rows memory budget allows."""
+
+    code = "MAP_MEMORY_LIMIT"
+
+
+class PersistenceLatchTripped(TrioplayError):
+    """A provider call succeeded but its receipt could not be recorded.
+
+    The latch stops every further provider call in the run, because calling on
+    without being able to record results would pay for work twice.
+    """
+
+    code = "PERSISTENCE_LATCH_TRIPPED"
+
+
+class StoreError(TrioplayError):
+    """The store failed (connection lost, disk full, schema mismatch)."""
+
+    code = "STORE"
+
+
+class RowFailed(TrioplayError):
+    """Raised by ``Dataset.run(on_row_error="fail")`` after the failed row was stored."""
+
+    code = "ROW_FAILED"
+
+    def __init__(self, dataset: str, key: str, cause: BaseException) -> None:
+        super().__init__(f"dataset {dataset!r} row {key!r} failed: {format_error(cause)}")
+        self.dataset = dataset
+        self.key = key
+
+
+def format_error(error: BaseException) -> str:
+    """One line naming the error type and its message, as stored for failed rows."""
+    message = str(error)
+    name = type(error).__name__
+    return f"{name}: {message}" if message else name
+
+
+# Errors that survive a receipt round-trip, by name.
+_RECORDABLE: dict[str, type[TrioplayError]] = {
+    cls.__name__: cls for cls in (ToolExecutionError, FetchError, UnsafeOutboundUrl)
+}
+
+
+def error_to_record(error: BaseException) -> dict[str, Any]:
+    """The JSON-able form of an error stored in a failed receipt."""
+    record: dict[str, Any] = {"type": type(error).__name__, "message": str(error)}
+    tool_id = getattr(error, "tool_id", None)
+    if tool_id is not None:
+        record["tool_id"] = tool_id
+    return record
+
+
+def error_from_record(record: dict[str, Any]) -> TrioplayError:
+    """Rebuild the error a failed receipt recorded (as ToolExecutionError if unknown)."""
+    cls = _RECORDABLE.get(str(record.get("type")), ToolExecutionError)
+    message = str(record.get("message", ""))
+    if issubclass(cls, ToolExecutionError):
+        return cls(message, tool_id=record.get("tool_id"))
+    return cls(message)

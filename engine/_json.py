@@ -1,0 +1,36 @@
+"""Canonical JSON and content-addressed keys.
+
+Receipt keys must not depend on dict key order, on the process, or on the
+Python version, so every key is a SHA-256 over one canonical JSON spelling:
+sorted keys, no whitespace, UTF-8, no NaN or infinity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+_canonical = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_json(value: Any) -> str:
+    """The one canonical spelling of ``value``; raises ``ValueError``/``TypeError``."""
+    return _canonical.encode(value)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON in insertion order (for stored rows and payloads)."""
+    return _compact.encode(value)
+
+
+def loads(text: str) -> Any:
+    return json.loads(text)
+
+
+def digest(*parts: Any) -> str:
+    """Hex SHA-256 of the canonical JSON of ``parts``."""
+    return hashlib.sha256(canonical_json(list(parts)).encode("utf-8")).hexdigest()

@@ -1,0 +1,158 @@
+"""The ``Store`` protocol: everything the engine asks of durable storage.
+
+Implementations live in ``trioplay.stores`` (memory, sqlite, postgres) and
+pass one shared contract suite (``tests/test_store_contract.py``). The engine
+never imports them; ``open_runtime(store="sqlite:///...")`` resolves a URL
+through ``trioplay.stores.open_store`` lazily.
+
+Rules every implementation follows:
+
+- every method is a Trio-compatible coroutine and is cancellable; a cancelled
+  write either happened completely or not at all;
+- batch methods take and return sequences in the same order, and each is one
+  transaction (``write_terminal_rows`` above all: a batch commits whole);
+- writes to receipts are fenced by ``lease_id``: ``complete_many``,
+  ``fail_many``, ``heartbeat_many`` and ``release_many`` do nothing for a key
+  whose current lease is not the given one, and say so in their result;
+- time is the caller's ``now`` (wall-clock seconds), never the store's own
+  clock, so tests can control lease expiry;
+- failures raise :class:`trioplay.StoreError` (or a subclass) with a message
+  that names the store and the operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ._records import (
+    ClaimOutcome,
+    ClaimRequest,
+    Completion,
+    Failure,
+    Lease,
+    Receipt,
+    RowStatus,
+    RunRecord,
+    RunStatus,
+    SheetEntry,
+    SheetRow,
+)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable storage for runs, receipts and dataset sheets."""
+
+    @property
+    def url(self) -> str:
+        """A printable description (``sqlite:///path``), with no secrets."""
+        ...
+
+    async def open(self) -> None:
+        """Connect and migrate the schema. Called once before any other method."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release every connection and thread. Safe to call twice."""
+        ...
+
+    # -- runs ---------------------------------------------------------------
+    async def begin_attempt(
+        self, run_id: str, play: str, input_json: str, *, now: float
+    ) -> RunRecord:
+        """Create the run (attempt 1) or start its next attempt (attempt + 1).
+
+        Sets ``status="running"`` and returns the record as stored.
+        """
+        ...
+
+    async def finish_attempt(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        now: float,
+        output_json: str | None = None,
+        error: str | None = None,
+        stats_json: str | None = None,
+    ) -> None: ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def list_runs(self, *, limit: int = 50) -> list[RunRecord]:
+        """Most recently updated first."""
+        ...
+
+    # -- receipts -----------------------------------------------------------
+    async def claim_many(
+        self, requests: Sequence[ClaimRequest], *, owner: str, lease_ttl: float, now: float
+    ) -> list[ClaimOutcome]:
+        """Claim each key as :class:`ClaimRequest` describes, in one transaction.
+
+        A key repeated within one call is claimed at most once: later
+        duplicates see the first one's lease as :class:`Held`.
+        """
+        ...
+
+    async def heartbeat_many(
+        self, leases: Sequence[Lease], *, lease_ttl: float, now: float
+    ) -> list[float | None]:
+        """Extend live leases to ``now + lease_ttl``.
+
+        Returns the new expiry per lease, or ``None`` where the lease is gone
+        (another owner took the key, it was completed, failed or released).
+        """
+        ...
+
+    async def complete_many(self, items: Sequence[Completion], *, now: float) -> list[bool]:
+        """Mark running receipts completed; ``False`` where the lease did not match."""
+        ...
+
+    async def fail_many(self, items: Sequence[Failure], *, now: float) -> list[bool]:
+        """Mark running receipts failed; ``False`` where the lease did not match."""
+        ...
+
+    async def release_many(self, leases: Sequence[Lease], *, now: float) -> list[bool]:
+        """Give up running receipts: back to ``pending`` with no lease."""
+        ...
+
+    async def get_many(self, keys: Sequence[str]) -> list[Receipt | None]: ...
+
+    async def count_receipts(self, run_id: str) -> dict[str, int]:
+        """Receipts last claimed by ``run_id``, counted by status."""
+        ...
+
+    # -- dataset sheets -----------------------------------------------------
+    async def write_terminal_rows(
+        self, run_id: str, dataset: str, rows: Sequence[SheetRow]
+    ) -> None:
+        """Upsert rows by ``(run_id, dataset, key)`` in one transaction."""
+        ...
+
+    async def sheet_status(
+        self, run_id: str, dataset: str, keys: Sequence[str]
+    ) -> dict[str, SheetEntry]:
+        """The entries among ``keys`` already in the sheet (absent keys are left out)."""
+        ...
+
+    async def read_rows(
+        self,
+        run_id: str,
+        dataset: str,
+        *,
+        status: RowStatus | None = None,
+        after_position: int = -1,
+        limit: int = 1000,
+    ) -> list[SheetRow]:
+        """Up to ``limit`` rows with ``position > after_position``, by position."""
+        ...
+
+    async def count_rows(self, run_id: str, dataset: str) -> dict[str, int]:
+        """Rows in the sheet counted by status (``completed``, ``failed``)."""
+        ...
+
+    async def list_datasets(self, run_id: str) -> list[str]: ...
+
+
+__all__ = ["RowStatus", "Store"]

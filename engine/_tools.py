@@ -1,0 +1,201 @@
+"""Tool registration: what a tool is and how it is called.
+
+A tool is ``async def tool(input: dict, call: ToolCall) -> Any``. It may also
+declare a native batch operation, ``async def batch(inputs: list[dict], calls:
+list[ToolCall]) -> list[Any | BaseException]``, which gets one provider request
+for many rows (an exception in the list fails only that member).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import attrs
+
+from ._errors import PlayDefinitionError, UnknownToolError
+
+if TYPE_CHECKING:
+    from ._fetch import FetchResponse
+
+
+class FetchFunction(Protocol):
+    """The non-durable ``fetch`` a tool may use (its own receipt covers it)."""
+
+    def __call__(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        headers: Mapping[str, Any] | None = None,
+        json: Any = None,
+        content: bytes | str | None = None,
+        auth: Any = None,
+        timeouts: Any = None,
+    ) -> Awaitable[FetchResponse]: ...
+
+
+@attrs.frozen
+class Rate:
+    """At most ``n`` provider calls every ``per`` seconds (with a burst of ``burst``).
+
+    ``burst`` defaults to ``n``: a provider idle for ``per`` seconds may take
+    ``n`` calls at once, then one every ``per / n`` seconds.
+    """
+
+    n: float
+    per: float = 1.0
+    burst: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.n <= 0 or self.per <= 0:
+            raise ValueError(f"Rate needs positive n and per, got Rate({self.n}, per={self.per})")
+        if self.burst is not None and self.burst < 1:
+            raise ValueError(f"Rate burst must be at least 1, got {self.burst}")
+
+    @property
+    def capacity(self) -> float:
+        return self.burst if self.burst is not None else max(1.0, self.n)
+
+
+@attrs.frozen
+class ToolCall:
+    """What a tool learns about the call it is serving.
+
+    ``idempotency_key`` is stable for one receipt (pass it to the provider so a
+    retried request is not billed twice); ``attempt`` counts the claims of that
+    receipt (1 on the first execution); ``deadline`` is the Trio clock time by
+    which the call is cancelled; ``fetch`` is the runtime's HTTP client with
+    its deadlines and egress rules, without a receipt of its own.
+    """
+
+    tool_id: str
+    idempotency_key: str
+    attempt: int
+    deadline: float
+    fetch: FetchFunction | None = attrs.field(default=None, repr=False, eq=False)
+
+
+ToolFunction = Callable[[dict[str, Any], ToolCall], Awaitable[Any]]
+BatchFunction = Callable[[list[dict[str, Any]], list[ToolCall]], Awaitable[Sequence[Any]]]
+_F = TypeVar("_F", bound=ToolFunction)
+
+
+@attrs.frozen
+class ToolSpec:
+    """A registered tool and its governor settings."""
+
+    tool_id: str
+    fn: ToolFunction
+    provider: str
+    rate: Rate | None = None
+    concurrency: int | None = None
+    batch: BatchFunction | None = None
+    batch_max: int | None = None
+    timeout: float | None = None
+
+
+class ToolRegistry:
+    """The tools a runtime may call, by id.
+
+    Register with the decorator ``@registry.tool("finder_a", provider="acme",
+    rate=Rate(10, per=1.0), concurrency=8)`` or with :meth:`add`. Objects that
+    carry their own spec (adapters such as ``SimulatedProvider`` and
+    ``HttpTool``) are added with :meth:`add_tool`.
+    """
+
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolSpec] = {}
+
+    def tool(
+        self,
+        tool_id: str,
+        *,
+        provider: str | None = None,
+        rate: Rate | None = None,
+        concurrency: int | None = None,
+        batch: BatchFunction | None = None,
+        batch_max: int | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[_F], _F]:
+        def decorate(fn: _F) -> _F:
+            self.add(
+                tool_id,
+                fn,
+                provider=provider,
+                rate=rate,
+                concurrency=concurrency,
+                batch=batch,
+                batch_max=batch_max,
+                timeout=timeout,
+            )
+            return fn
+
+        return decorate
+
+    def add(
+        self,
+        tool_id: str,
+        fn: ToolFunction,
+        *,
+        provider: str | None = None,
+        rate: Rate | None = None,
+        concurrency: int | None = None,
+        batch: BatchFunction | None = None,
+        batch_max: int | None = None,
+        timeout: float | None = None,
+    ) -> ToolSpec:
+        if not tool_id or not isinstance(tool_id, str):
+            raise PlayDefinitionError(f"tool id must be a non-empty string, got {tool_id!r}")
+        if tool_id in self._tools:
+            raise PlayDefinitionError(f"tool {tool_id!r} is already registered")
+        if not inspect.iscoroutinefunction(fn) and not inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - async callable objects count
+        ):
+            raise PlayDefinitionError(
+                f"tool {tool_id!r} must be an async function (input, call) -> result"
+            )
+        if concurrency is not None and concurrency < 1:
+            raise PlayDefinitionError(f"tool {tool_id!r}: concurrency must be at least 1")
+        spec = ToolSpec(
+            tool_id=tool_id,
+            fn=fn,
+            provider=provider or tool_id,
+            rate=rate,
+            concurrency=concurrency,
+            batch=batch,
+            batch_max=batch_max,
+            timeout=timeout,
+        )
+        self._tools[tool_id] = spec
+        return spec
+
+    def add_tool(self, tool: HasToolSpec) -> ToolSpec:
+        spec = tool.tool_spec()
+        if spec.tool_id in self._tools:
+            raise PlayDefinitionError(f"tool {spec.tool_id!r} is already registered")
+        self._tools[spec.tool_id] = spec
+        return spec
+
+    def get(self, tool_id: str) -> ToolSpec:
+        try:
+            return self._tools[tool_id]
+        except KeyError:
+            known = ", ".join(sorted(self._tools)) or "none"
+            raise UnknownToolError(
+                f"unknown tool id {tool_id!r}; registered tools: {known}"
+            ) from None
+
+    def __contains__(self, tool_id: object) -> bool:
+        return tool_id in self._tools
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+class HasToolSpec(Protocol):
+    def tool_spec(self) -> ToolSpec: ...
