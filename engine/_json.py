@@ -27,6 +27,23 @@ def dumps(value: Any) -> str:
     return _compact.encode(value)
 
 
+def _to_dict(value: Any) -> Any:
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_output = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_to_dict
+)
+
+
+def dumps_output(value: Any) -> str:
+    """Like :func:`dumps`, also accepting objects with ``to_dict()`` (a play's output)."""
+    return _output.encode(value)
+
+
 def loads(text: str) -> Any:
     return json.loads(text)
 

@@ -1,0 +1,58 @@
+"""trioplay: durable, bounded dataset enrichment plays on Trio.
+
+The names below are the public contract (DESIGN §2); ``tests/test_exports.py``
+checks that each one is importable from here.
+"""
+
+from __future__ import annotations
+
+from ._context import PlayContext as PlayContext
+from ._context import RowContext as RowContext
+from ._events import RuntimeEvent as RuntimeEvent
+from ._map import Dataset as Dataset
+from ._map import MapResult as MapResult
+from ._map import Row as Row
+from ._runtime import DEFAULT_STORE_URL as DEFAULT_STORE_URL
+from ._runtime import Runtime as Runtime
+from ._runtime import open_runtime as open_runtime
+from ._runtime import play as play
+from ._runtime import run as run
+from ._stall import MapStallObserver as MapStallObserver
+from ._writer import WriterDiagnostics as WriterDiagnostics
+
+from ._errors import FetchError as FetchError
+from ._errors import FetchTimeout as FetchTimeout
+from ._errors import LeaseLost as LeaseLost
+from ._errors import MapMemoryLimitError as MapMemoryLimitError
+from ._errors import PersistenceLatchTripped as PersistenceLatchTripped
+from ._errors import PlayDefinitionError as PlayDefinitionError
+from ._errors import PlayInputError as PlayInputError
+from ._errors import ProviderTransientError as ProviderTransientError
+from ._errors import ReceiptWaitTimeout as ReceiptWaitTimeout
+from ._errors import RowFailed as RowFailed
+from ._errors import RowOutputNotJsonSerializable as RowOutputNotJsonSerializable
+from ._errors import StoreError as StoreError
+from ._errors import ToolExecutionError as ToolExecutionError
+from ._errors import ToolTimeout as ToolTimeout
+from ._errors import TrioplayError as TrioplayError
+from ._errors import UnknownToolError as UnknownToolError
+from ._errors import UnsafeOutboundUrl as UnsafeOutboundUrl
+from ._limits import FetchTimeouts as FetchTimeouts
+from ._limits import Limits as Limits
+from ._records import ClaimOutcome as ClaimOutcome
+from ._records import ClaimRequest as ClaimRequest
+from ._records import Claimed as Claimed
+from ._records import Completion as Completion
+from ._records import Failure as Failure
+from ._records import Held as Held
+from ._records import Lease as Lease
+from ._records import Receipt as Receipt
+from ._records import RunRecord as RunRecord
+from ._records import Settled as Settled
+from ._records import SheetEntry as SheetEntry
+from ._records import SheetRow as SheetRow
+from ._store import Store as Store
+from ._tools import Rate as Rate
+from ._tools import ToolCall as ToolCall
+from ._tools import ToolRegistry as ToolRegistry
+from ._tools import ToolSpec as ToolSpec

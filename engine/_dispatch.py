@@ -1,0 +1,656 @@
+"""The dispatcher: every external effect of a run goes through a receipt here.
+
+One dispatcher per run, its tasks in the run's nursery, so cancelling a run
+stops every lane, provider call and wait it started.
+
+The path of a tool call:
+
+1. **Key.** ``sha256`` over the canonical JSON of (operation, tool id, play
+   scope) and of the input, unless the caller gave ``key``.
+2. **Followers.** An identical call already in flight in this run is
+   followed: the follower gets the owner's result, no second claim.
+3. **Lane.** Calls to one tool coalesce for ``tool_batch_window`` from the
+   first call (the window never resets) or until ``tool_batch_max`` calls /
+   ``tool_batch_max_bytes`` arrive; the batch is claimed in one store call.
+4. **Outcomes.** Completed receipts are replayed (one hydration turn at a
+   time); recorded failures raise again; receipts held by another live owner
+   are waited on outside the turn; claimed ones execute.
+5. **Execution.** The governor admits the call; it runs under its timeout
+   with the provider idempotency key; the result is settled (completed,
+   failed or released) through the settler, which coalesces the writes of
+   many calls into one store call; the governor slot is held until then.
+
+If recording a completion fails after the provider succeeded, the
+persistence latch trips: no further provider call starts in this run and
+the run fails with :class:`PersistenceLatchTripped`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from ._errors import (
+    LeaseLost,
+    PersistenceLatchTripped,
+    PlayDefinitionError,
+    ProviderTransientError,
+    ReceiptWaitTimeout,
+    ToolExecutionError,
+    ToolTimeout,
+    TrioplayError,
+    error_from_record,
+    error_to_record,
+)
+from ._governor import Governor, ProviderGate
+from ._json import canonical_json, dumps, loads
+from ._limits import Limits
+from ._owner import owner_is_dead
+from ._records import (
+    Claimed,
+    ClaimOutcome,
+    ClaimRequest,
+    Completion,
+    Failure,
+    Held,
+    Lease,
+    Receipt,
+    Settled,
+)
+from ._store import Store
+from ._tools import FetchFunction, ToolCall, ToolRegistry, ToolSpec
+
+Execute = Callable[[ToolCall], Awaitable[Any]]
+
+
+@attrs.define
+class DispatchStats:
+    """Counters of one run attempt (shown in the CLI summary and run stats)."""
+
+    provider_calls: int = 0
+    replayed: int = 0
+    followed: int = 0
+    waited: int = 0
+    failed_calls: int = 0
+    steps_run: int = 0
+    fetches: int = 0
+
+
+class _Call:
+    """One logical effect and the callers waiting for it."""
+
+    __slots__ = (
+        "done",
+        "error",
+        "execute",
+        "force",
+        "gate",
+        "kind",
+        "key",
+        "name",
+        "operation",
+        "receipt_wait",
+        "record_failures",
+        "settling",
+        "size",
+        "stale_after",
+        "timeout",
+        "value",
+    )
+
+    def __init__(
+        self,
+        *,
+        operation: str,
+        name: str,
+        key: str,
+        execute: Execute,
+        gate: ProviderGate | None,
+        kind: str,
+        size: int = 0,
+        force: bool = False,
+        stale_after: float | None = None,
+        timeout: float | None = None,
+        receipt_wait: float | None = None,
+        record_failures: bool = True,
+    ) -> None:
+        self.operation = operation
+        self.name = name
+        self.key = key
+        self.execute = execute
+        self.gate = gate
+        self.kind = kind  # "provider", "fetch" or "local": which gates apply
+        self.size = size
+        self.force = force
+        self.stale_after = stale_after
+        self.timeout = timeout
+        self.receipt_wait = receipt_wait
+        self.record_failures = record_failures
+        self.done = trio.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.settling = False
+
+
+class _Settler:
+    """Coalesces receipt writes (complete, fail, release) of many calls."""
+
+    def __init__(self, store: Store, now: Callable[[], float], cleanup_timeout: float) -> None:
+        self._store = store
+        self._now = now
+        self._cleanup_timeout = cleanup_timeout
+        self._pending: list[tuple[Completion | Failure | Lease, _Waiter]] = []
+        self._wakeup = trio.Event()
+
+    async def settle(self, item: Completion | Failure | Lease) -> bool:
+        """Write ``item`` with the next batch; ``False`` if its lease was not ours."""
+        waiter = _Waiter()
+        self._pending.append((item, waiter))
+        self._wakeup.set()
+        await waiter.event.wait()
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.ok
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                batch, self._pending = self._pending, []
+                await self._write(batch)
+        except trio.Cancelled:
+            # Completions of paid calls are worth one bounded, shielded try.
+            batch, self._pending = self._pending, []
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + self._cleanup_timeout
+                await self._write(batch)
+            raise
+
+    async def _write(self, batch: list[tuple[Completion | Failure | Lease, _Waiter]]) -> None:
+        if not batch:
+            return
+        completions = [(i, w) for i, w in batch if isinstance(i, Completion)]
+        failures = [(i, w) for i, w in batch if isinstance(i, Failure)]
+        releases = [(i, w) for i, w in batch if isinstance(i, Lease)]
+        now = self._now()
+        for group, write in (
+            (completions, self._store.complete_many),
+            (failures, self._store.fail_many),
+            (releases, self._store.release_many),
+        ):
+            if not group:
+                continue
+            try:
+                results: Sequence[bool] = await write([i for i, _ in group], now=now)  # type: ignore[operator]
+            except Exception as exc:
+                for _, waiter in group:
+                    waiter.fail(exc)
+                continue
+            for (_, waiter), ok in zip(group, results, strict=True):
+                waiter.succeed(ok)
+
+
+class _Waiter:
+    __slots__ = ("error", "event", "ok")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.ok = False
+        self.error: BaseException | None = None
+
+    def succeed(self, ok: bool) -> None:
+        self.ok = ok
+        self.event.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.event.set()
+
+
+class _Lane:
+    """Coalesces calls to one tool into batches (see the module docstring)."""
+
+    def __init__(self, dispatcher: Dispatcher, spec: ToolSpec, limits: Limits) -> None:
+        self._dispatcher = dispatcher
+        self._spec = spec
+        self._window = limits.tool_batch_window
+        self._max = limits.tool_batch_max
+        self._max_bytes = limits.tool_batch_max_bytes
+        self._queue: list[_Call] = []
+        self._bytes = 0
+        self._first_at = 0.0
+        self._wakeup = trio.Event()
+
+    def submit(self, call: _Call) -> None:
+        if not self._queue:
+            self._first_at = trio.current_time()
+            self._wakeup.set()
+        self._queue.append(call)
+        self._bytes += call.size
+        if len(self._queue) >= self._max or self._bytes >= self._max_bytes:
+            self._wakeup.set()
+
+    def _full(self) -> bool:
+        return len(self._queue) >= self._max or self._bytes >= self._max_bytes
+
+    async def run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            if not self._queue:
+                continue
+            if not self._full():
+                with trio.move_on_at(self._first_at + self._window):
+                    while not self._full():
+                        await self._wakeup.wait()
+                        self._wakeup = trio.Event()
+            batch, self._queue, self._bytes = self._queue, [], 0
+            self._dispatcher.spawn(self._dispatcher.process, batch)
+            if self._queue:
+                self._wakeup.set()
+
+
+class Dispatcher:
+    """Runs the receipts protocol for one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        governor: Governor,
+        tools: ToolRegistry,
+        limits: Limits,
+        run_id: str,
+        owner: str,
+        nursery: trio.Nursery,
+        wall_clock: Callable[[], float],
+        fetch: FetchFunction | None,
+    ) -> None:
+        self._store = store
+        self._governor = governor
+        self._tools = tools
+        self._limits = limits
+        self._run_id = run_id
+        self._owner = owner
+        self._nursery = nursery
+        self._now = wall_clock
+        self._fetch = fetch
+        self._inflight: dict[str, _Call] = {}
+        self._lanes: dict[str, _Lane] = {}
+        self._gates: dict[str, ProviderGate] = {}
+        self._hydration = trio.Lock()
+        self._settler = _Settler(store, wall_clock, limits.cleanup_timeout)
+        self._latch: BaseException | None = None
+        self.stats = DispatchStats()
+        nursery.start_soon(self._settler.run)
+
+    def spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        self._nursery.start_soon(fn, *args)
+
+    @property
+    def latch(self) -> BaseException | None:
+        """The error that tripped the persistence latch, if it tripped."""
+        return self._latch
+
+    # -- entry points -------------------------------------------------------
+    async def call_tool(
+        self,
+        tool_id: str,
+        input: Any,
+        *,
+        scope: str,
+        force: bool = False,
+        stale_after: float | None = None,
+        timeout: float | None = None,
+        receipt_wait: float | None = None,
+        key: str | None = None,
+    ) -> Any:
+        spec = self._tools.get(tool_id)
+        try:
+            text = canonical_json(input)
+        except (TypeError, ValueError) as exc:
+            raise PlayDefinitionError(
+                f"tool {tool_id!r}: its input must be JSON-serialisable ({exc})"
+            ) from None
+        if key is None:
+            head = canonical_json(["tool", tool_id, scope]).encode()
+            key = hashlib.sha256(head + text.encode()).hexdigest()
+        existing = self._inflight.get(key)
+        if existing is not None:
+            self.stats.followed += 1
+            return await self._result_of(existing)
+        gate = self._gates.get(spec.provider)
+        if gate is None:
+            gate = self._gates[spec.provider] = self._governor.gate(
+                spec.provider, spec.rate, spec.concurrency
+            )
+        call = _Call(
+            operation="tool",
+            name=tool_id,
+            key=key,
+            execute=_tool_executor(spec, input),
+            gate=gate,
+            kind="provider",
+            size=len(text),
+            force=force,
+            stale_after=stale_after,
+            timeout=timeout if timeout is not None else spec.timeout,
+            receipt_wait=receipt_wait,
+        )
+        self._inflight[key] = call
+        lane = self._lanes.get(tool_id)
+        if lane is None:
+            lane = self._lanes[tool_id] = _Lane(self, spec, self._limits)
+            self.spawn(lane.run)
+        lane.submit(call)
+        return await self._result_of(call)
+
+    async def run_effect(
+        self,
+        *,
+        operation: str,
+        name: str,
+        key: str,
+        execute: Execute,
+        kind: str,
+        force: bool = False,
+        stale_after: float | None = None,
+        timeout: float | None = None,
+        receipt_wait: float | None = None,
+        record_failures: bool = False,
+    ) -> Any:
+        """Run one effect (a step or a fetch) through its receipt, in the caller's task."""
+        existing = self._inflight.get(key)
+        if existing is not None:
+            self.stats.followed += 1
+            return await self._result_of(existing)
+        call = _Call(
+            operation=operation,
+            name=name,
+            key=key,
+            execute=execute,
+            gate=None,
+            kind=kind,
+            force=force,
+            stale_after=stale_after,
+            timeout=timeout,
+            receipt_wait=receipt_wait,
+            record_failures=record_failures,
+        )
+        self._inflight[key] = call
+        try:
+            await self.process([call], inline=True)
+        finally:
+            if not call.done.is_set():
+                # The owner was cancelled: its followers must not wait forever.
+                self._deliver(
+                    call,
+                    error=ToolExecutionError(f"the {operation} {name!r} this call followed was cancelled"),
+                )
+        return await self._result_of(call)
+
+    async def _result_of(self, call: _Call) -> Any:
+        await call.done.wait()
+        if call.error is not None:
+            raise call.error
+        return call.value
+
+    def _deliver(self, call: _Call, value: Any = None, error: BaseException | None = None) -> None:
+        call.value = value
+        call.error = error
+        if self._inflight.get(call.key) is call:
+            del self._inflight[call.key]
+        call.done.set()
+
+    # -- a batch ------------------------------------------------------------
+    async def process(self, calls: list[_Call], *, inline: bool = False) -> None:
+        """Claim ``calls`` in one store call and act on each outcome."""
+        requests = [
+            ClaimRequest(
+                key=call.key,
+                operation=call.operation,
+                name=call.name,
+                run_id=self._run_id,
+                force=call.force,
+                stale_after=call.stale_after,
+            )
+            for call in calls
+        ]
+        try:
+            outcomes = await self._claim(requests)
+        except Exception as exc:
+            for call in calls:
+                self._deliver(call, error=exc)
+            return
+        await self._act(calls, outcomes, inline=inline)
+
+    async def _claim(self, requests: list[ClaimRequest]) -> list[ClaimOutcome]:
+        return await self._store.claim_many(
+            requests, owner=self._owner, lease_ttl=self._limits.lease_ttl, now=self._now()
+        )
+
+    async def _act(self, calls: list[_Call], outcomes: list[ClaimOutcome], *, inline: bool) -> None:
+        settled: list[tuple[_Call, Receipt]] = []
+        for call, outcome in zip(calls, outcomes, strict=True):
+            if isinstance(outcome, Claimed):
+                if inline:
+                    await self._execute(call, outcome)
+                else:
+                    self.spawn(self._execute, call, outcome)
+            elif isinstance(outcome, Settled):
+                settled.append((call, outcome.receipt))
+            elif inline:
+                await self._wait_held(call, outcome.receipt)
+            else:
+                self.spawn(self._wait_held, call, outcome.receipt)
+        if settled:
+            await self._hydrate(settled)
+
+    async def _hydrate(self, settled: list[tuple[_Call, Receipt]]) -> None:
+        # Stored payloads can parse into many times their size: one group at a time.
+        async with self._hydration:
+            for call, receipt in settled:
+                self.stats.replayed += 1
+                if receipt.status == "failed":
+                    self._deliver(call, error=error_from_record(loads(receipt.error_json or "{}")))
+                elif receipt.result_json is None:
+                    self._deliver(call, None)
+                else:
+                    self._deliver(call, loads(receipt.result_json))
+
+    async def _wait_held(self, call: _Call, receipt: Receipt) -> None:
+        """Wait for another owner's receipt; reclaim it once its lease is gone."""
+        delay = self._limits.receipt_wait_delay
+        attempts = self._limits.receipt_wait_attempts
+        if call.receipt_wait is not None:
+            attempts = max(0, math.ceil(call.receipt_wait / delay))
+        self.stats.waited += 1
+        waited = 0.0
+        attempt = 0
+        try:
+            while True:
+                takeover = receipt.lease_id if owner_is_dead(receipt.owner) else None
+                if takeover is None:
+                    if attempt >= attempts:
+                        break
+                    attempt += 1
+                    await trio.sleep(delay)
+                    waited += delay
+                request = ClaimRequest(
+                    key=call.key,
+                    operation=call.operation,
+                    name=call.name,
+                    run_id=self._run_id,
+                    force=call.force,
+                    stale_after=call.stale_after,
+                    takeover_lease=takeover,
+                )
+                (outcome,) = await self._claim([request])
+                if isinstance(outcome, Held):
+                    receipt = outcome.receipt
+                    continue
+                await self._act([call], [outcome], inline=True)
+                return
+        except Exception as exc:
+            self._deliver(call, error=exc)
+            return
+        self._deliver(call, error=ReceiptWaitTimeout(call.key, waited))
+
+    # -- execution ----------------------------------------------------------
+    async def _execute(self, call: _Call, claim: Claimed) -> None:
+        lease = Lease(call.key, claim.lease_id)
+        try:
+            if call.kind != "local":
+                await self._governor.acquire(call.gate)
+        except trio.Cancelled:
+            await self._release_shielded(lease)
+            raise
+        try:
+            await self._execute_admitted(call, claim, lease)
+        except trio.Cancelled:
+            if not call.settling:
+                await self._release_shielded(lease)
+            raise
+        finally:
+            if call.kind != "local":
+                self._governor.release(call.gate)
+
+    async def _execute_admitted(self, call: _Call, claim: Claimed, lease: Lease) -> None:
+        if self._latch is not None and call.kind != "local":
+            await self._settle_release(lease)
+            self._deliver(
+                call,
+                error=PersistenceLatchTripped(
+                    "no new provider call: an earlier completion could not be recorded"
+                ),
+            )
+            return
+        timeout = call.timeout if call.timeout is not None else self._limits.tool_timeout
+        tool_call = ToolCall(
+            tool_id=call.name,
+            idempotency_key=_idempotency_key(call.key, claim.lease_id if call.force else None),
+            attempt=claim.attempt,
+            deadline=trio.current_time() + timeout,
+            fetch=self._fetch,
+        )
+        self._count_start(call)
+        try:
+            with trio.move_on_after(timeout) as scope:
+                value = await call.execute(tool_call)
+            if scope.cancelled_caught:
+                raise ToolTimeout(call.name, timeout)
+            result_json = dumps(value)
+        except ProviderTransientError as exc:
+            if exc.tool_id is None:
+                exc.tool_id = call.name
+            if exc.category == "rate_limit" and exc.retry_after and call.gate is not None:
+                if call.gate.bucket is not None:
+                    call.gate.bucket.pause(exc.retry_after)
+            await self._settle_release(lease)
+            self._deliver(call, error=exc)
+            return
+        except (TypeError, ValueError) as exc:
+            error: BaseException = ToolExecutionError(
+                f"{call.operation} {call.name!r} returned a value that is not JSON: {exc}",
+                tool_id=call.name,
+            )
+            await self._settle_failure(call, lease, error)
+            return
+        except TrioplayError as exc:
+            await self._settle_failure(call, lease, exc)
+            return
+        except Exception as exc:
+            error = ToolExecutionError(
+                f"{call.operation} {call.name!r} raised {type(exc).__name__}: {exc}",
+                tool_id=call.name,
+            )
+            error.__cause__ = exc
+            await self._settle_failure(call, lease, error)
+            return
+        call.settling = True
+        try:
+            ok = await self._settler.settle(Completion(call.key, claim.lease_id, result_json))
+        except Exception as exc:
+            self._trip_latch(exc)
+            latch = PersistenceLatchTripped(
+                f"{call.operation} {call.name!r} succeeded but its receipt could not be "
+                f"recorded ({exc}); no further provider call will start in this run"
+            )
+            latch.__cause__ = exc
+            self._deliver(call, error=latch)
+            return
+        if not ok:
+            self._deliver(call, error=LeaseLost(call.key))
+            return
+        self._deliver(call, loads(result_json))
+
+    def _count_start(self, call: _Call) -> None:
+        if call.kind == "provider":
+            self.stats.provider_calls += 1
+        elif call.kind == "fetch":
+            self.stats.fetches += 1
+        else:
+            self.stats.steps_run += 1
+
+    def _trip_latch(self, error: BaseException) -> None:
+        if self._latch is None:
+            self._latch = error
+
+    async def _settle_failure(self, call: _Call, lease: Lease, error: BaseException) -> None:
+        self.stats.failed_calls += 1
+        try:
+            if call.record_failures and not isinstance(error, LeaseLost):
+                failure = Failure(call.key, lease.lease_id, dumps(error_to_record(error)))
+                await self._settler.settle(failure)
+            else:
+                await self._settler.settle(lease)
+        except Exception as exc:
+            error.add_note(f"trioplay: recording this failure also failed: {exc}")
+        self._deliver(call, error=error)
+
+    async def _settle_release(self, lease: Lease) -> None:
+        try:
+            await self._settler.settle(lease)
+        except Exception:
+            pass  # an unreleased lease only delays a rerun until it expires
+
+    async def _release_shielded(self, lease: Lease) -> None:
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + self._limits.cleanup_timeout
+            try:
+                await self._store.release_many([lease], now=self._now())
+            except Exception:
+                pass  # left to expire
+
+
+def _tool_executor(spec: ToolSpec, input: Any) -> Execute:
+    fn = spec.fn
+
+    async def execute(call: ToolCall) -> Any:
+        return await fn(input, call)
+
+    return execute
+
+
+def local_executor(fn: Callable[[], Any]) -> Execute:
+    """Wrap a step function (sync, async, or returning an awaitable)."""
+
+    async def execute(_call: ToolCall) -> Any:
+        value = fn()
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    return execute
+
+
+def _idempotency_key(key: str, lease_id: str | None) -> str:
+    material = key if lease_id is None else f"{key}:{lease_id}"
+    return hashlib.sha256(material.encode()).hexdigest()[:32]

@@ -1,0 +1,491 @@
+"""HTTP fetches that never hang: phase deadlines, retries, redirects, secrets.
+
+This is the machinery under ``ctx.fetch``, without receipts. A
+:class:`Fetcher` owns one ``httpx.AsyncClient`` for a runtime and runs each
+fetch under three deadlines, built from nested Trio cancel scopes:
+
+- **total** around everything: name resolution, every attempt, the sleeps
+  between attempts, every redirect hop and the body;
+- **headers** from sending a request (resolving its host included) until the
+  response head arrives, once per attempt;
+- **body** while the body streams in.
+
+Each phase runs for ``min(phase limit, remaining total)``; when the total is
+what ends it, the error says ``phase="total"``. An expired deadline raises
+:class:`FetchTimeout`; a cancellation that comes from the caller propagates as
+``trio.Cancelled`` and is never reported as a timeout. The response is closed
+(its connection dropped) whatever goes wrong.
+
+Transport failures before the response head (connect errors, resets) are
+retried for GET, HEAD and OPTIONS: ``Limits.fetch_retry_attempts`` attempts,
+sleeping ``fetch_retry_delay × attempt`` in between, inside the total
+deadline. Other methods get one attempt, since the server may have acted on
+the request. Redirects are followed by hand (at most 10), each hop's
+destination vetted again by :mod:`._egress`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import attrs
+import httpx
+import trio
+
+from ._egress import DEFAULT_PORTS, EgressPolicy, PinnedTransport, Resolver, pinned, resolve_host
+from ._errors import FetchError, FetchTimeout, UnsafeOutboundUrl
+from ._json import canonical_json, dumps, loads
+from ._limits import FetchTimeouts, Limits
+
+MAX_REDIRECTS = 10
+REDACTED = "[REDACTED]"
+"""What :meth:`Fetcher.redact` puts where a secret value was."""
+SECRET_PLACEHOLDER = "[SECRET]"
+"""What :func:`request_identity` records instead of a secret header value."""
+
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
+_RETRYABLE = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.TimeoutException)
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# Headers that only make sense for the origin they were written for.
+_ORIGIN_BOUND = frozenset({"authorization", "proxy-authorization", "cookie", "host"})
+_BODY_HEADERS = frozenset({"content-type", "content-length", "content-encoding"})
+
+
+def _printable(_instance: object, _attribute: object, value: object) -> None:
+    # The value itself never appears in the message.
+    if not isinstance(value, str) or not value:
+        raise ValueError("Secret needs a non-empty string")
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+        raise ValueError("Secret must not contain control characters")
+
+
+@attrs.frozen(repr=False)
+class Secret:
+    """A value ``fetch`` sends but never shows.
+
+    ``auth=Secret("tok")`` sends ``Authorization: Bearer tok``; a header value
+    may be a Secret too (``headers={"X-Api-Key": Secret("k")}``). A request
+    carrying a Secret is refused over plain ``http://``, before any connection.
+    Its value is replaced by ``[REDACTED]`` in responses, error messages and
+    anything passed through :meth:`Fetcher.redact`, and by ``[SECRET]`` in
+    :func:`request_identity`. ``repr`` and ``str`` never show it; ``.value``
+    does.
+    """
+
+    value: str = attrs.field(validator=_printable)
+
+    def __repr__(self) -> str:
+        return f"Secret({REDACTED!r})"
+
+    __str__ = __repr__
+
+
+@attrs.frozen
+class FetchResponse:
+    """A fetched response, whole: what ``ctx.fetch`` returns and its receipt stores.
+
+    ``headers`` keeps every header in order, names lower-cased. Known secret
+    values are already redacted from ``text``, ``headers`` and ``url``, so a
+    replayed response equals the one first returned.
+    """
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    text: str
+    url: str
+
+    @property
+    def ok(self) -> bool:
+        """True for a 2xx status."""
+        return 200 <= self.status < 300
+
+    @property
+    def json(self) -> Any:
+        """The body parsed as JSON; raises ``ValueError`` when it is not JSON."""
+        return loads(self.text)
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (any case), or ``None``."""
+        wanted = name.lower()
+        return next((value for key, value in self.headers if key == wanted), None)
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON-able form stored in a ``fetch`` receipt."""
+        return {
+            "status": self.status,
+            "headers": [list(pair) for pair in self.headers],
+            "text": self.text,
+            "url": self.url,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> FetchResponse:
+        """Rebuild a response from :meth:`to_record`'s output."""
+        return cls(
+            status=int(record["status"]),
+            headers=tuple((str(key), str(value)) for key, value in record["headers"]),
+            text=str(record["text"]),
+            url=str(record["url"]),
+        )
+
+
+HeaderValue = str | Secret
+
+
+@attrs.frozen
+class _Outgoing:
+    # One hop's request, with secrets still wrapped.
+    method: str
+    url: httpx.URL
+    headers: tuple[tuple[str, HeaderValue], ...]
+    body: bytes | None
+
+    def __attrs_post_init__(self) -> None:
+        if self.url.scheme != "https" and self.secrets():
+            raise FetchError(
+                f"refusing to send a Secret over plain http to {self.url.host!r}; "
+                "use an https:// URL"
+            )
+
+    def secrets(self) -> list[str]:
+        return [value.value for _, value in self.headers if isinstance(value, Secret)]
+
+    def wire_headers(self) -> list[tuple[str, str]]:
+        return [
+            (name, value.value if isinstance(value, Secret) else value)
+            for name, value in self.headers
+        ]
+
+    def identity(self) -> dict[str, Any]:
+        headers = sorted(
+            [name, SECRET_PLACEHOLDER if isinstance(value, Secret) else value]
+            for name, value in self.headers
+        )
+        body = None if self.body is None else hashlib.sha256(self.body).hexdigest()
+        return {"method": self.method, "url": str(self.url), "headers": headers, "body_sha256": body}
+
+
+def _prepare(
+    url: str,
+    *,
+    method: str,
+    headers: Mapping[str, HeaderValue] | None,
+    json: Any,
+    content: bytes | str | None,
+    auth: Secret | None,
+) -> _Outgoing:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise FetchError(f"invalid URL: {exc}") from None
+    if parsed.scheme not in DEFAULT_PORTS:
+        raise UnsafeOutboundUrl(f"fetch only reaches http and https URLs, not {parsed.scheme!r}")
+    if parsed.userinfo:
+        raise FetchError(
+            "credentials in the URL would be stored in receipts and logs; "
+            "pass auth=trioplay.Secret(...) instead"
+        )
+    if json is not None and content is not None:
+        raise ValueError("fetch takes json= or content=, not both")
+    if auth is not None and not isinstance(auth, Secret):
+        raise TypeError("fetch auth must be a trioplay.Secret")
+    pairs: list[tuple[str, HeaderValue]] = []
+    for name, value in (headers or {}).items():
+        if not isinstance(value, str | Secret):
+            raise TypeError(f"header {name!r} must be a str or a trioplay.Secret")
+        pairs.append((name.lower(), value))
+    if auth is not None:
+        pairs = [pair for pair in pairs if pair[0] != "authorization"]
+        pairs.append(("authorization", Secret(f"Bearer {auth.value}")))
+    body: bytes | None = None
+    if json is not None:
+        body = dumps(json).encode("utf-8")
+        if not any(name == "content-type" for name, _ in pairs):
+            pairs.append(("content-type", "application/json"))
+    elif content is not None:
+        body = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+    return _Outgoing(method=method.upper(), url=parsed, headers=tuple(pairs), body=body)
+
+
+def request_identity(
+    url: str,
+    *,
+    method: str = "GET",
+    headers: Mapping[str, HeaderValue] | None = None,
+    json: Any = None,
+    content: bytes | str | None = None,
+    auth: Secret | None = None,
+) -> dict[str, Any]:
+    """A stable, JSON-able description of a request, with no secret in it.
+
+    Takes ``fetch``'s arguments and returns ``{"method", "url", "headers",
+    "body_sha256"}``: the normalised URL, the caller's headers sorted and
+    lower-cased with every Secret replaced by ``[SECRET]`` (``auth`` shows as
+    an ``authorization`` header), and the SHA-256 of the body. A JSON body is
+    digested in canonical form, so key order does not change the identity.
+    Two requests with the same identity are the same request, whatever their
+    secret values: rotating a token does not invalidate stored responses.
+    Raises what ``fetch`` raises for an unusable request, before any I/O.
+    """
+    identity = _prepare(
+        url, method=method, headers=headers, json=json, content=content, auth=auth
+    ).identity()
+    if json is not None:
+        identity["body_sha256"] = hashlib.sha256(canonical_json(json).encode("utf-8")).hexdigest()
+    return identity
+
+
+@attrs.frozen
+class _Deadlines:
+    """The deadlines of one fetch, and the one place an expired one becomes FetchTimeout."""
+
+    timeouts: FetchTimeouts
+    total_at: float
+
+    @classmethod
+    def start(cls, timeouts: FetchTimeouts) -> _Deadlines:
+        return cls(timeouts, trio.current_time() + timeouts.total)
+
+    @contextmanager
+    def total(self) -> Iterator[None]:
+        with trio.CancelScope(deadline=self.total_at) as scope:
+            yield
+        # Only our own deadline sets cancelled_caught: a cancelled caller's
+        # scope is visible to ours, so its Cancelled passes through untouched.
+        if scope.cancelled_caught:
+            raise FetchTimeout("total", self.timeouts.total)
+
+    @contextmanager
+    def phase(self, phase: Literal["headers", "body"]) -> Iterator[None]:
+        limit = self.timeouts.headers if phase == "headers" else self.timeouts.body
+        phase_at = trio.current_time() + limit
+        # When the total would end first, leave it to the enclosing total
+        # scope, so the error names the deadline that actually bound.
+        with trio.CancelScope(deadline=phase_at if phase_at < self.total_at else math.inf) as scope:
+            yield
+        if scope.cancelled_caught:
+            raise FetchTimeout(phase, limit)
+
+
+class Fetcher:
+    """One runtime's HTTP client: deadlines, retries, safe egress and secrets.
+
+    Use it as an async context manager (it owns an ``httpx.AsyncClient`` and
+    its connection pool)::
+
+        async with Fetcher(timeouts=FetchTimeouts(), limits=Limits()) as fetcher:
+            response = await fetcher.fetch("https://api.example/v1/x", auth=Secret(token))
+
+    ``allow_networks`` lists CIDR blocks that may be reached although they are
+    not public. ``transport`` replaces the default :class:`PinnedTransport`
+    (tests pass in-memory transports; the egress check still runs first) and
+    ``resolve`` replaces DNS resolution (``resolve(host, port) -> [address,
+    ...]``).
+
+    The client keeps no cookies between fetches and ignores proxy and netrc
+    settings from the environment: every fetch stands alone, so a replayed
+    receipt means the same thing as the call it recorded.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeouts: FetchTimeouts,
+        limits: Limits,
+        allow_networks: Sequence[str] = (),
+        transport: httpx.AsyncBaseTransport | None = None,
+        resolve: Resolver | None = None,
+    ) -> None:
+        self._timeouts = timeouts
+        self._limits = limits
+        self._policy = EgressPolicy.from_cidrs(allow_networks)
+        self._resolve = resolve or resolve_host
+        self._secrets: set[str] = set()
+        self._client = httpx.AsyncClient(
+            transport=transport or PinnedTransport(),
+            timeout=None,  # the cancel scopes are the deadlines
+            follow_redirects=False,
+            trust_env=False,
+            cookies=_NoCookies(),
+            headers={"user-agent": "trioplay"},
+        )
+
+    async def __aenter__(self) -> Self:
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        with trio.move_on_after(self._limits.cleanup_timeout, shield=True):
+            await self._client.__aexit__(exc_type, exc_value, traceback)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret value this fetcher has sent replaced by ``[REDACTED]``."""
+        for value in sorted(self._secrets, key=len, reverse=True):
+            text = text.replace(value, REDACTED)
+        return text
+
+    async def fetch(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        headers: Mapping[str, HeaderValue] | None = None,
+        json: Any = None,
+        content: bytes | str | None = None,
+        auth: Secret | None = None,
+        timeouts: FetchTimeouts | None = None,
+    ) -> FetchResponse:
+        """Send one request and read its whole response, within the deadlines.
+
+        ``json`` is sent as a JSON body, ``content`` as raw bytes (or UTF-8
+        text); ``auth=Secret(token)`` sends a bearer token. ``timeouts``
+        overrides the fetcher's for this call. Any status is returned as a
+        response (check ``.ok``); redirects are followed.
+
+        Raises :class:`FetchTimeout` when a deadline expires,
+        :class:`UnsafeOutboundUrl` for a refused destination (also on a
+        redirect hop), and :class:`FetchError` for a Secret over http, a
+        transport failure after the allowed attempts (the httpx error is its
+        ``__cause__``), a body over ``fetch_max_body_bytes`` or too many
+        redirects. ``ValueError``/``TypeError`` for malformed arguments.
+        """
+        outgoing = _prepare(
+            url, method=method, headers=headers, json=json, content=content, auth=auth
+        )
+        self._secrets.update(outgoing.secrets())
+        deadlines = _Deadlines.start(timeouts or self._timeouts)
+        with deadlines.total():
+            response = await self._follow(outgoing, deadlines)
+        return response
+
+    async def _follow(self, outgoing: _Outgoing, deadlines: _Deadlines) -> FetchResponse:
+        for _hop in range(MAX_REDIRECTS + 1):
+            response = await self._send(outgoing, deadlines)
+            try:
+                next_hop = _redirect(outgoing, response)
+                if next_hop is None:
+                    body = await self._read_body(response, deadlines)
+                    return self._finish(response, body)
+            finally:
+                await self._close(response)
+            outgoing = next_hop
+        raise FetchError(f"more than {MAX_REDIRECTS} redirects, last to {_describe(outgoing.url)}")
+
+    async def _send(self, outgoing: _Outgoing, deadlines: _Deadlines) -> httpx.Response:
+        request = self._client.build_request(
+            outgoing.method, outgoing.url, headers=outgoing.wire_headers(), content=outgoing.body
+        )
+        attempts = self._limits.fetch_retry_attempts if outgoing.method in _IDEMPOTENT else 1
+        destination = None  # resolved once per hop, reused by its retries
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with deadlines.phase("headers"):
+                    if destination is None:
+                        destination = await self._policy.vet(outgoing.url, self._resolve)
+                    with pinned(destination):
+                        response = await self._client.send(request, stream=True)
+                return response
+            except httpx.TransportError as exc:
+                if attempt >= attempts or not isinstance(exc, _RETRYABLE):
+                    raise FetchError(
+                        self.redact(
+                            f"{outgoing.method} {_describe(outgoing.url)} failed after "
+                            f"{attempt} attempt(s): {type(exc).__name__}: {exc}"
+                        )
+                    ) from exc
+            await trio.sleep(self._limits.fetch_retry_delay * attempt)
+
+    async def _read_body(self, response: httpx.Response, deadlines: _Deadlines) -> bytes:
+        cap = self._limits.fetch_max_body_bytes
+        too_large = f"response body exceeds fetch_max_body_bytes={cap}"
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise FetchError(too_large)
+        body = bytearray()
+        try:
+            with deadlines.phase("body"):
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > cap:
+                        raise FetchError(too_large)
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            raise FetchError(
+                self.redact(
+                    f"reading the body of {_describe(response.url)} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+            ) from exc
+        return bytes(body)
+
+    def _finish(self, response: httpx.Response, body: bytes) -> FetchResponse:
+        return FetchResponse(
+            status=response.status_code,
+            headers=tuple(
+                (name, self.redact(value)) for name, value in response.headers.multi_items()
+            ),
+            text=self.redact(body.decode(response.encoding or "utf-8", errors="replace")),
+            url=self.redact(str(response.url)),
+        )
+
+    async def _close(self, response: httpx.Response) -> None:
+        # Shielded so a cancelled caller still drops the connection, bounded
+        # so a peer that will not let go cannot hold the caller.
+        with trio.move_on_after(self._limits.cleanup_timeout, shield=True):
+            await response.aclose()
+
+
+def _redirect(outgoing: _Outgoing, response: httpx.Response) -> _Outgoing | None:
+    """The next hop a redirect response asks for, or ``None`` when it is not one."""
+    location = response.headers.get("location")
+    if response.status_code not in _REDIRECTS or not location:
+        return None
+    try:
+        url = response.url.join(location)
+    except httpx.InvalidURL as exc:
+        raise FetchError(f"redirect to an invalid URL: {exc}") from None
+    if url.scheme not in DEFAULT_PORTS:
+        raise UnsafeOutboundUrl(f"redirect to a {url.scheme!r} URL refused")
+    method, body, headers = outgoing.method, outgoing.body, outgoing.headers
+    # What browsers (and httpx) do: 303 turns into GET, and so do 301/302 after POST.
+    if (response.status_code == 303 and method != "HEAD") or (
+        response.status_code in (301, 302) and method == "POST"
+    ):
+        method, body = "GET", None
+        headers = tuple(pair for pair in headers if pair[0] not in _BODY_HEADERS)
+    if _origin(url) != _origin(outgoing.url):
+        headers = tuple(
+            (name, value)
+            for name, value in headers
+            if name not in _ORIGIN_BOUND and not isinstance(value, Secret)
+        )
+    return _Outgoing(method=method, url=url, headers=headers, body=body)
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int]:
+    return (url.scheme, url.host, url.port or DEFAULT_PORTS[url.scheme])
+
+
+def _describe(url: httpx.URL) -> str:
+    # Without query and credentials: those may carry tokens we cannot recognise.
+    return str(url.copy_with(query=None, fragment=None))
+
+
+class _NoCookies(httpx.Cookies):
+    """A jar that refuses every cookie: fetches share no state through the client."""
+
+    def __init__(self) -> None:
+        from http.cookiejar import CookieJar, DefaultCookiePolicy
+
+        super().__init__(CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])))

@@ -1,0 +1,106 @@
+"""The governor: who may call a provider now.
+
+Every provider call passes three gates, in this order, and holds them until
+its receipt is durably settled (so the concurrency bounds also bound decoded
+results waiting for their write):
+
+1. the provider's own concurrency (``ToolRegistry.tool(concurrency=...)``);
+2. the provider's rate (``Rate(n, per)``, a token bucket in Trio time), which
+   a rate-limit answer (``retry_after``) pauses;
+3. the global ``max_concurrent_external_calls``, shared by tools and fetches.
+
+Provider gates come first so a slow provider queues on its own gate instead
+of occupying global slots other providers could use.
+"""
+
+from __future__ import annotations
+
+import math
+
+import trio
+
+from ._tools import Rate
+
+
+class TokenBucket:
+    """``Rate(n, per)``: ``capacity`` tokens, refilled at ``n / per`` per second.
+
+    Waiters are served in arrival order (a Trio lock is FIFO).
+    """
+
+    def __init__(self, rate: Rate) -> None:
+        self.rate = rate
+        self._capacity = rate.capacity
+        self._interval = rate.per / rate.n
+        self._tokens = self._capacity
+        self._updated = trio.current_time()
+        self._paused_until = -math.inf
+        self._lock = trio.Lock()
+
+    def _refill(self, now: float) -> None:
+        elapsed = now - self._updated
+        if elapsed > 0:
+            self._tokens = min(self._capacity, self._tokens + elapsed / self._interval)
+            self._updated = now
+
+    async def take(self) -> None:
+        async with self._lock:
+            while True:
+                now = trio.current_time()
+                if now < self._paused_until:
+                    await trio.sleep_until(self._paused_until)
+                    continue
+                self._refill(now)
+                if self._tokens >= 1:
+                    self._tokens -= 1
+                    return
+                await trio.sleep_until(now + (1 - self._tokens) * self._interval)
+
+    def pause(self, seconds: float) -> None:
+        """Take no call for ``seconds`` (a provider said ``retry_after``); drop saved burst."""
+        now = trio.current_time()
+        self._paused_until = max(self._paused_until, now + seconds)
+        self._tokens = 0
+        self._updated = max(self._updated, self._paused_until)
+
+
+class ProviderGate:
+    """The concurrency limit and rate of one provider."""
+
+    def __init__(self, name: str, rate: Rate | None, concurrency: int | None) -> None:
+        self.name = name
+        self.limiter = trio.CapacityLimiter(concurrency) if concurrency else None
+        self.bucket = TokenBucket(rate) if rate else None
+
+
+class Governor:
+    """Admits provider calls and fetches; one per runtime, shared by its runs."""
+
+    def __init__(self, max_concurrent_external_calls: int) -> None:
+        self.external = trio.CapacityLimiter(max_concurrent_external_calls)
+        self._providers: dict[str, ProviderGate] = {}
+
+    def gate(self, provider: str, rate: Rate | None, concurrency: int | None) -> ProviderGate:
+        """The gate of ``provider``; the first tool to name a provider sets its limits."""
+        gate = self._providers.get(provider)
+        if gate is None:
+            gate = self._providers[provider] = ProviderGate(provider, rate, concurrency)
+        return gate
+
+    async def acquire(self, gate: ProviderGate | None) -> None:
+        """Pass every gate; on cancellation nothing stays held."""
+        if gate is not None and gate.limiter is not None:
+            await gate.limiter.acquire()
+        try:
+            if gate is not None and gate.bucket is not None:
+                await gate.bucket.take()
+            await self.external.acquire()
+        except BaseException:
+            if gate is not None and gate.limiter is not None:
+                gate.limiter.release()
+            raise
+
+    def release(self, gate: ProviderGate | None) -> None:
+        self.external.release()
+        if gate is not None and gate.limiter is not None:
+            gate.limiter.release()

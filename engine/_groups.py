@@ -1,0 +1,54 @@
+"""Exception-group policy.
+
+Trio nurseries raise ``ExceptionGroup``s. Users of trioplay never see one:
+every nursery inside the engine is opened with :func:`open_nursery`, which
+turns a group back into the one error that caused the failure. The first
+error that is not ``trio.Cancelled`` wins; the others stay reachable as the
+winner's ``__context__`` (the group) and are listed in a note. A lone error
+keeps its own ``__cause__`` and is raised as if no nursery were involved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            found.extend(_leaves(exc))
+        else:
+            found.append(exc)
+    return found
+
+
+def collapse(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a group stands for (see the module docstring)."""
+    leaves = _leaves(group)
+    errors = [exc for exc in leaves if not isinstance(exc, trio.Cancelled)]
+    if not errors:
+        return leaves[0]
+    first = errors[0]
+    others = errors[1:]
+    if others:
+        names = ", ".join(type(exc).__name__ for exc in others)
+        first.add_note(f"trioplay: {len(others)} further error(s) in the same scope: {names}")
+    return first
+
+
+@asynccontextmanager
+async def open_nursery() -> AsyncIterator[trio.Nursery]:
+    """``trio.open_nursery()`` that raises one error instead of a group."""
+    try:
+        async with trio.open_nursery() as nursery:
+            yield nursery
+    except BaseExceptionGroup as group:
+        error = collapse(group)
+        if len(_leaves(group)) == 1:
+            # A lone error: keep its own cause, hide the wrapper group.
+            raise error from error.__cause__
+        raise error  # the group stays reachable as __context__

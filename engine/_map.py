@@ -1,0 +1,499 @@
+"""Dataset execution: the map.
+
+``ctx.dataset(name, rows).with_column(...).run(...)`` reads source rows
+lazily in pages of ``page_size``. Each page runs in its own nursery with its
+stall observer; two pages may overlap so one page's last commits do not stall
+the next page's rows. Rows are admitted by the runtime's row limiter
+(``max_concurrent_rows``, shared by every map of the runtime); a row's slot
+is freed when the terminal-row writer admits it. Rows are counted as
+completed or failed only when their batch has committed.
+
+A key already completed in the sheet (an earlier attempt) is skipped; a key
+seen twice is skipped as a duplicate. Rows that failed in an earlier attempt
+run again.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import trio
+
+from ._errors import (
+    PersistenceLatchTripped,
+    PlayDefinitionError,
+    PlayInputError,
+    RowOutputNotJsonSerializable,
+    StoreError,
+    format_error,
+)
+from ._groups import open_nursery
+from ._json import dumps, loads
+from ._records import SheetEntry, SheetRow
+from ._stall import MapStallObserver
+from ._writer import TerminalRow, TerminalRowWriter
+
+if TYPE_CHECKING:
+    from ._context import PlayContext, RowContext
+
+log = logging.getLogger("trioplay")
+
+Row = Mapping[str, Any]
+Resolver = Callable[[Row, "RowContext"], Any]
+OnRowError = Literal["isolate", "fail"]
+
+# Errors that no row can isolate: every other row would hit them too.
+_FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputError)
+_PREVIEW_ROWS = 5
+_PAGES_IN_FLIGHT = 2
+
+
+class MapResult:
+    """What a dataset run produced.
+
+    Counts cover this attempt: ``completed_count`` and ``failed_count`` rows
+    committed now, ``skipped_count`` rows not run (their key was completed by
+    an earlier attempt, or repeated in the input; ``duplicate_count`` is the
+    latter part). ``preview`` holds the first few completed rows. While the
+    completed rows fit ``retained_rows_budget_bytes`` they are also kept in
+    memory (``retained_rows_complete``); :meth:`rows` streams from the
+    durable sheet otherwise, so a large map never needs its result in memory.
+    """
+
+    def __init__(self, *, dataset: str, run_id: str, ctx: PlayContext) -> None:
+        self.dataset = dataset
+        self.run_id = run_id
+        self.completed_count = 0
+        self.failed_count = 0
+        self.skipped_count = 0
+        self.duplicate_count = 0
+        self.preview: list[dict[str, Any]] = []
+        self.retained_rows_complete = True
+        self._retained: list[tuple[int, dict[str, Any]]] | None = []
+        self._ctx = ctx
+
+    def to_dict(self) -> dict[str, Any]:
+        """The counts and preview, as JSON (how a play returning this is stored)."""
+        return {
+            "dataset": self.dataset,
+            "completed_count": self.completed_count,
+            "failed_count": self.failed_count,
+            "skipped_count": self.skipped_count,
+            "duplicate_count": self.duplicate_count,
+            "preview": self.preview,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"MapResult(dataset={self.dataset!r}, completed={self.completed_count}, "
+            f"failed={self.failed_count}, skipped={self.skipped_count})"
+        )
+
+    async def rows(self, *, status: Literal["completed", "failed"] = "completed") -> AsyncIterator[
+        dict[str, Any]
+    ]:
+        """Yield the sheet's rows in input order (completed ones by default).
+
+        Failed rows carry their error under ``"_error"``.
+        """
+        if status == "completed" and self.retained_rows_complete and self._retained is not None:
+            for _, data in sorted(self._retained, key=lambda item: item[0]):
+                yield data
+            return
+        after = -1
+        store = self._ctx.store
+        while True:
+            batch = await store.read_rows(
+                self.run_id, self.dataset, status=status, after_position=after, limit=1000
+            )
+            for row in batch:
+                data = loads(row.data_json)
+                if row.error is not None:
+                    data["_error"] = row.error
+                yield data
+            if len(batch) < 1000:
+                return
+            after = batch[-1].position
+
+
+class Dataset:
+    """A durable sheet being defined: source rows plus resolver columns.
+
+    Built by ``ctx.dataset(name, rows)``; each :meth:`with_column` returns a
+    new ``Dataset`` (the builder is immutable), :meth:`run` executes it.
+    """
+
+    def __init__(
+        self,
+        ctx: PlayContext,
+        name: str,
+        source: Any,
+        columns: tuple[tuple[str, Resolver], ...] = (),
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise PlayDefinitionError(f"dataset name must be a non-empty string, got {name!r}")
+        self._ctx = ctx
+        self.name = name
+        self._source = source
+        self._columns = columns
+
+    def with_column(self, name: str, resolver: Resolver) -> Dataset:
+        """Add a column computed by ``resolver(row, rc)`` (sync or async).
+
+        Resolvers run in the order they were added; each sees the input fields
+        and the columns before it.
+        """
+        if not isinstance(name, str) or not name:
+            raise PlayDefinitionError(f"column name must be a non-empty string, got {name!r}")
+        if any(existing == name for existing, _ in self._columns):
+            raise PlayDefinitionError(f"dataset {self.name!r} already has a column {name!r}")
+        if not callable(resolver):
+            raise PlayDefinitionError(f"column {name!r}: resolver must be callable")
+        return Dataset(self._ctx, self.name, self._source, (*self._columns, (name, resolver)))
+
+    async def run(
+        self,
+        key: str | None = None,
+        on_row_error: OnRowError = "isolate",
+        page_size: int | None = None,
+    ) -> MapResult:
+        """Run every row not yet completed, and return a :class:`MapResult`.
+
+        ``key`` names the field that identifies a row (default: its input
+        position). ``on_row_error="isolate"`` records a failing row and goes
+        on; ``"fail"`` records it, then raises its error. Errors that would
+        fail every row (unknown tool, store failure, persistence latch) are
+        raised either way.
+        """
+        if on_row_error not in ("isolate", "fail"):
+            raise PlayDefinitionError(
+                f"on_row_error must be 'isolate' or 'fail', got {on_row_error!r}"
+            )
+        size = page_size if page_size is not None else self._ctx.limits.page_size
+        if size < 1:
+            raise PlayDefinitionError(f"page_size must be at least 1, got {size}")
+        runner = _MapRun(self._ctx, self, key, on_row_error, size)
+        return await runner.run()
+
+    @property
+    def columns(self) -> tuple[tuple[str, Resolver], ...]:
+        return self._columns
+
+    @property
+    def source(self) -> Any:
+        return self._source
+
+
+@attrs.define(eq=False)
+class _Page:
+    offset: int
+    observer: MapStallObserver
+    outstanding: int = 0
+    spawning_done: bool = False
+    settled: trio.Event = attrs.field(factory=trio.Event)
+
+    def row_settled(self) -> None:
+        self.outstanding -= 1
+        if self.spawning_done and self.outstanding == 0:
+            self.settled.set()
+
+
+class _MapRun:
+    def __init__(
+        self,
+        ctx: PlayContext,
+        dataset: Dataset,
+        key: str | None,
+        on_row_error: OnRowError,
+        page_size: int,
+    ) -> None:
+        self.ctx = ctx
+        self.dataset = dataset
+        self.name = dataset.name
+        self.key_field = key
+        self.on_row_error = on_row_error
+        self.page_size = page_size
+        self.limits = ctx.limits
+        self.result = MapResult(dataset=dataset.name, run_id=ctx.run_id, ctx=ctx)
+        self.inflight_keys: set[str] = set()
+        self.retained_bytes = 0
+        self.total: int | None = None
+        self.writer = TerminalRowWriter(
+            ctx.store,
+            ctx.run_id,
+            dataset.name,
+            buffer_bytes=self.limits.writer_buffer_bytes,
+            max_flush=self.limits.writer_max_flush,
+            cleanup_timeout=self.limits.cleanup_timeout,
+            on_commit=self._on_commit,
+        )
+        self.last_progress = 0.0
+
+    # -- the whole map ------------------------------------------------------
+    async def run(self) -> MapResult:
+        source = await self._open_source()
+        self.ctx.emit("map.started", {"map": self.name, "total": self.total})
+        error: Exception | None = None
+        async with open_nursery() as nursery:
+            await nursery.start(self.writer.run)
+            try:
+                await self._run_pages(source)
+            except Exception as exc:
+                error = exc
+            finally:
+                self.writer.close_input()
+            await self.writer.finished.wait()
+        if error is not None:
+            raise error
+        latch = self.ctx.latch
+        if latch is not None:
+            raise PersistenceLatchTripped(
+                f"dataset {self.name!r}: a completion could not be recorded ({latch})"
+            ) from latch
+        self._progress(final=True)
+        self.ctx.emit("map.finished", self._counts())
+        return self.result
+
+    async def _open_source(self) -> Iterator[Any]:
+        source = self.dataset.source
+        validate = getattr(source, "validate", None)
+        if callable(validate):
+            # A full structural scan before any tool call: bad lines fail now.
+            counted = await trio.to_thread.run_sync(validate, abandon_on_cancel=True)
+            if isinstance(counted, int):
+                self.total = counted
+        elif hasattr(source, "__len__"):
+            self.total = len(source)
+        if isinstance(source, Iterable) and not isinstance(source, str | bytes | Mapping):
+            return iter(source)
+        raise PlayDefinitionError(
+            f"dataset {self.name!r}: rows must be an iterable of mappings "
+            f"(a list, a generator, ctx.csv(...)), got {type(source).__name__}"
+        )
+
+    async def _run_pages(self, rows: Iterator[Any]) -> None:
+        page_slots = trio.Semaphore(_PAGES_IN_FLIGHT)
+        position = 0
+        async with open_nursery() as pages:
+            while True:
+                chunk = list(itertools.islice(rows, self.page_size))
+                if not chunk:
+                    break
+                await page_slots.acquire()
+                offset = position
+                position += len(chunk)
+                planned = await self._plan_page(chunk, offset)
+                pages.start_soon(self._run_page, planned, offset, page_slots)
+                await trio.lowlevel.checkpoint()
+
+    async def _plan_page(
+        self, chunk: list[Any], offset: int
+    ) -> list[tuple[int, str, dict[str, Any]]]:
+        """Keys for ``chunk``; drop duplicates and rows already completed."""
+        keyed: list[tuple[int, str, dict[str, Any]]] = []
+        for index, raw in enumerate(chunk):
+            position = offset + index
+            if not isinstance(raw, Mapping):
+                raise PlayInputError(
+                    f"dataset {self.name!r} row {position}: expected a mapping of fields, "
+                    f"got {type(raw).__name__}"
+                )
+            keyed.append((position, self._key_of(raw, position), dict(raw)))
+        # Keys in flight before the sheet read are duplicates; a key that
+        # commits during the read is in the sheet by then.
+        busy = {key for _, key, _ in keyed if key in self.inflight_keys}
+        entries: dict[str, SheetEntry] = await self.ctx.store.sheet_status(
+            self.ctx.run_id, self.name, list({key for _, key, _ in keyed})
+        )
+        attempt = self.ctx.attempt
+        planned: list[tuple[int, str, dict[str, Any]]] = []
+        for position, key, data in keyed:
+            entry = entries.get(key)
+            if key in busy or key in self.inflight_keys:
+                self.result.duplicate_count += 1
+                self.result.skipped_count += 1
+            elif entry is not None and (entry.status == "completed" or entry.attempt == attempt):
+                if entry.attempt == attempt:
+                    self.result.duplicate_count += 1
+                else:
+                    self._drop_retained()  # the sheet holds rows this attempt never saw
+                self.result.skipped_count += 1
+            else:
+                self.inflight_keys.add(key)
+                planned.append((position, key, data))
+        return planned
+
+    def _key_of(self, raw: Mapping[str, Any], position: int) -> str:
+        if self.key_field is None:
+            return str(position)
+        value = raw.get(self.key_field)
+        if value is None or value == "":
+            raise PlayInputError(
+                f"dataset {self.name!r} row {position}: the key field "
+                f"{self.key_field!r} is missing or empty",
+                column=self.key_field,
+            )
+        return value if isinstance(value, str) else dumps(value)
+
+    # -- one page -----------------------------------------------------------
+    async def _run_page(
+        self, planned: list[tuple[int, str, dict[str, Any]]], offset: int, slots: trio.Semaphore
+    ) -> None:
+        try:
+            observer = MapStallObserver(
+                map_name=self.name,
+                page_offset=offset,
+                interval=self.limits.stall_log_interval,
+                writer_diagnostics=self.writer.diagnostics,
+                emit=lambda report: self.ctx.emit("map.stall", report),
+            )
+            page = _Page(offset, observer)
+            limiter = self.ctx.row_limiter
+            async with open_nursery() as nursery:
+                await nursery.start(observer.run)
+                async with open_nursery() as rows:
+                    for position, key, data in planned:
+                        token = object()
+                        await limiter.acquire_on_behalf_of(token)
+                        page.outstanding += 1
+                        rows.start_soon(self._run_row, page, position, key, data, token)
+                    page.spawning_done = True
+                    if page.outstanding == 0:
+                        page.settled.set()
+                await page.settled.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            slots.release()
+
+    async def _run_row(
+        self, page: _Page, position: int, key: str, data: dict[str, Any], token: object
+    ) -> None:
+        limiter = self.ctx.row_limiter
+        try:
+            row, failure = await self._resolve(page, position, key, data)
+            terminal_token = page.observer.terminal_queued()
+            size = len(row.data_json) + len(key) + 64
+            keep = data if row.status == "completed" else None
+            await self.writer.admit(TerminalRow(row, size, page, terminal_token, keep))
+            page.observer.terminal_admitted(terminal_token)
+        except BaseException:
+            page.row_settled()
+            raise
+        finally:
+            limiter.release_on_behalf_of(token)
+        if failure is not None and self.on_row_error == "fail":
+            failure.add_note(f"trioplay: dataset {self.name!r}, row {key!r} failed")
+            raise failure
+
+    async def _resolve(
+        self, page: _Page, position: int, key: str, data: dict[str, Any]
+    ) -> tuple[SheetRow, Exception | None]:
+        rc = self.ctx.row_context(self.name, key, page.observer)
+        observer_token = page.observer.resolver_started()
+        rc.observer_token = observer_token
+        column = ""
+        try:
+            for column, resolver in self.dataset.columns:
+                value = resolver(data, rc)
+                if inspect.isawaitable(value):
+                    value = await value
+                data[column] = value
+            try:
+                text = dumps(data)
+            except (TypeError, ValueError):
+                raise _not_serialisable(data, self.dataset.columns) from None
+        except _FATAL as exc:
+            exc.add_note(f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}")
+            raise
+        except Exception as exc:
+            return self._failed_row(position, key, data, exc), exc
+        finally:
+            page.observer.resolver_finished(observer_token)
+        return SheetRow(key, position, "completed", text, None, self.ctx.attempt), None
+
+    def _failed_row(
+        self, position: int, key: str, data: dict[str, Any], exc: Exception
+    ) -> SheetRow:
+        kept = {}
+        for name, value in data.items():
+            try:
+                dumps(value)
+            except (TypeError, ValueError):
+                continue
+            kept[name] = value
+        return SheetRow(key, position, "failed", dumps(kept), format_error(exc), self.ctx.attempt)
+
+    # -- commits ------------------------------------------------------------
+    def _on_commit(self, batch: list[TerminalRow]) -> None:
+        result = self.result
+        budget = self.limits.retained_rows_budget_bytes
+        for item in batch:
+            row = item.row
+            self.inflight_keys.discard(row.key)
+            if row.status == "completed":
+                result.completed_count += 1
+                if len(result.preview) < _PREVIEW_ROWS and item.data is not None:
+                    result.preview.append(item.data)
+                if result._retained is not None and item.data is not None:
+                    self.retained_bytes += item.size
+                    if self.retained_bytes > budget:
+                        self._release_retained()
+                    else:
+                        result._retained.append((row.position, item.data))
+            else:
+                result.failed_count += 1
+            page: _Page = item.page
+            page.observer.terminal_committed(item.token)
+            page.row_settled()
+        self._progress()
+
+    def _drop_retained(self) -> None:
+        self.result._retained = None
+        self.result.retained_rows_complete = False
+
+    def _release_retained(self) -> None:
+        self._drop_retained()
+        log.info(
+            "dataset %r: completed rows passed retained_rows_budget_bytes=%d; "
+            "rows() will stream them from the store",
+            self.name,
+            self.limits.retained_rows_budget_bytes,
+        )
+
+    def _counts(self) -> dict[str, Any]:
+        r = self.result
+        return {
+            "map": self.name,
+            "completed": r.completed_count,
+            "failed": r.failed_count,
+            "skipped": r.skipped_count,
+            "duplicates": r.duplicate_count,
+            "total": self.total,
+        }
+
+    def _progress(self, *, final: bool = False) -> None:
+        now = trio.current_time()
+        if not final and now - self.last_progress < self.limits.progress_flush_interval:
+            return
+        self.last_progress = now
+        self.ctx.emit("map.progress", self._counts())
+
+
+def _not_serialisable(
+    data: dict[str, Any], columns: tuple[tuple[str, Resolver], ...]
+) -> RowOutputNotJsonSerializable:
+    for name, value in data.items():
+        try:
+            dumps(value)
+        except (TypeError, ValueError) as exc:
+            kind = "column" if any(name == column for column, _ in columns) else "input field"
+            return RowOutputNotJsonSerializable(
+                f"{kind} {name!r} holds a {type(value).__name__} that cannot be stored "
+                f"as JSON ({exc}); return str, int, float, bool, None, list or dict"
+            )
+    return RowOutputNotJsonSerializable("the row cannot be stored as JSON")

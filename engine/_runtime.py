@@ -1,0 +1,286 @@
+"""The runtime: store, HTTP client, governor and row limiter shared by its runs.
+
+``open_runtime`` owns everything it opens and closes all of it on exit. Each
+``rt.run(...)`` opens a nursery of its own for the run's dispatcher (lanes,
+settler, provider calls), so cancelling a run stops every task it started.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+
+import trio
+
+from ._context import PlayContext
+from ._dispatch import DispatchStats, Dispatcher
+from ._errors import PlayDefinitionError, PlayInputError, format_error
+from ._events import EventSink, RuntimeEvent, deliver
+from ._governor import Governor
+from ._groups import open_nursery
+from ._json import canonical_json, digest, dumps, dumps_output
+from ._limits import FetchTimeouts, Limits
+from ._owner import current_owner
+from ._records import RunStatus
+from ._store import Store
+from ._tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from ._fetch import Fetcher, FetchResponse
+
+log = logging.getLogger("trioplay")
+
+DEFAULT_STORE_URL = "sqlite:///.trioplay/trioplay.db"
+
+
+class Play(Protocol):
+    def __call__(self, ctx: PlayContext, input: Any, /) -> Awaitable[Any]: ...
+
+
+_P = TypeVar("_P", bound=Play)
+
+
+@overload
+def play(name: str | None = None) -> Callable[[_P], _P]: ...
+@overload
+def play(name: _P) -> _P: ...
+def play(name: Any = None) -> Any:
+    """Give a play a stable name: ``@trioplay.play("enrich-leads")``.
+
+    The name scopes tool receipts (the same tool input in the same play is
+    paid for once) and, with the input, derives the default run id. Without
+    the decorator a play's name is its qualified function name.
+    """
+    if callable(name):
+        return play(None)(name)
+
+    def decorate(fn: _P) -> _P:
+        fn.__trioplay_name__ = name or getattr(fn, "__qualname__", "play")  # type: ignore[attr-defined]
+        return fn
+
+    return decorate
+
+
+def play_name(fn: Play) -> str:
+    name = getattr(fn, "__trioplay_name__", None) or getattr(fn, "__qualname__", None)
+    if not isinstance(name, str):
+        raise PlayDefinitionError(f"{fn!r} is not a play: use an async def play(ctx, input)")
+    return name
+
+
+def default_run_id(name: str, input_json: str) -> str:
+    """``<play>-<12 hex>`` from the play name and its canonical input."""
+    return f"{name}-{digest(name, input_json)[:12]}"
+
+
+class Runtime:
+    """A running trioplay engine; get one from :func:`open_runtime`."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        tools: ToolRegistry,
+        limits: Limits,
+        fetch_timeouts: FetchTimeouts,
+        allow_networks: Sequence[str],
+        http_transport: Any,
+        exit_stack: AsyncExitStack,
+        on_event: EventSink | None,
+        wall_clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.tools = tools
+        self.limits = limits
+        self.fetch_timeouts = fetch_timeouts
+        self.allow_networks = tuple(allow_networks)
+        self._http_transport = http_transport
+        self._exit_stack = exit_stack
+        self._fetcher: Fetcher | None = None
+        self._fetcher_lock = trio.Lock()
+        self.on_event = on_event
+        self.wall_clock = wall_clock
+        self.governor = Governor(limits.max_concurrent_external_calls)
+        self.row_limiter = trio.CapacityLimiter(limits.max_concurrent_rows)
+        self.owner = current_owner()
+        self.last_stats: DispatchStats | None = None
+
+    async def fetcher(self) -> Fetcher:
+        """The runtime's HTTP client, opened on first use and closed with the runtime."""
+        if self._fetcher is None:
+            async with self._fetcher_lock:
+                if self._fetcher is None:
+                    from ._fetch import Fetcher
+
+                    self._fetcher = await self._exit_stack.enter_async_context(
+                        Fetcher(
+                            timeouts=self.fetch_timeouts,
+                            limits=self.limits,
+                            allow_networks=self.allow_networks,
+                            transport=self._http_transport,
+                        )
+                    )
+        return self._fetcher
+
+    async def raw_fetch(self, url: str, **options: Any) -> FetchResponse:
+        """A fetch with deadlines and egress rules but no receipt (for tools)."""
+        return await (await self.fetcher()).fetch(url, **options)
+
+    async def run(self, play: Play, input: Any = None, *, run_id: str | None = None) -> Any:
+        """Run ``play(ctx, input)`` durably and return what it returns.
+
+        ``run_id`` defaults to one derived from the play name and the input,
+        so running the same play on the same input again resumes it: committed
+        rows are skipped and completed receipts replayed. The run's counters
+        are in :attr:`last_stats` afterwards.
+        """
+        name = play_name(play)
+        try:
+            input_json = canonical_json(input)
+        except (TypeError, ValueError) as exc:
+            raise PlayInputError(f"play input must be JSON-serialisable: {exc}") from None
+        if run_id is None:
+            run_id = default_run_id(name, input_json)
+        record = await self.store.begin_attempt(run_id, name, input_json, now=self.wall_clock())
+        self._emit(run_id, "run.started", {"play": name, "attempt": record.attempt})
+        status: RunStatus = "failed"
+        error: str | None = None
+        output_json: str | None = None
+        stats = DispatchStats()
+        try:
+            async with open_nursery() as nursery:
+                dispatcher = Dispatcher(
+                    store=self.store,
+                    governor=self.governor,
+                    tools=self.tools,
+                    limits=self.limits,
+                    run_id=run_id,
+                    owner=self.owner,
+                    nursery=nursery,
+                    wall_clock=self.wall_clock,
+                    fetch=self.raw_fetch,
+                )
+                stats = dispatcher.stats
+                ctx = PlayContext(self, dispatcher, run_id, record.attempt, name)
+                output = await play(ctx, input)
+                nursery.cancel_scope.cancel()
+            try:
+                output_json = dumps_output(output)
+            except (TypeError, ValueError):
+                log.warning("run %s: the play's output is not JSON and was not stored", run_id)
+            status = "completed"
+            return output
+        except trio.Cancelled:
+            status = "cancelled"
+            error = "cancelled"
+            raise
+        except BaseException as exc:
+            error = format_error(exc)
+            raise
+        finally:
+            self.last_stats = stats
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + self.limits.cleanup_timeout
+                try:
+                    await self.store.finish_attempt(
+                        run_id,
+                        status,
+                        now=self.wall_clock(),
+                        output_json=output_json,
+                        error=error,
+                        stats_json=dumps(_stats_dict(stats)),
+                    )
+                except Exception as exc:
+                    log.warning("run %s: could not record its end: %s", run_id, exc)
+            self._emit(
+                run_id,
+                "run.finished",
+                {"status": status, "error": error, "stats": _stats_dict(stats)},
+            )
+
+    def _emit(self, run_id: str, type: str, data: dict[str, Any]) -> None:
+        deliver(self.on_event, RuntimeEvent(type, run_id, trio.current_time(), data))
+
+
+def _stats_dict(stats: DispatchStats) -> dict[str, int]:
+    return {
+        "provider_calls": stats.provider_calls,
+        "replayed": stats.replayed,
+        "followed": stats.followed,
+        "waited": stats.waited,
+        "failed_calls": stats.failed_calls,
+        "steps_run": stats.steps_run,
+        "fetches": stats.fetches,
+    }
+
+
+def _resolve_store(store: Store | str | None) -> Store:
+    if store is None or isinstance(store, str):
+        from trioplay.stores import open_store  # stores depend on the engine, not back
+
+        return open_store(store or DEFAULT_STORE_URL)
+    if not isinstance(store, Store):
+        raise PlayDefinitionError(f"store must be a Store or a URL string, got {store!r}")
+    return store
+
+
+@asynccontextmanager
+async def open_runtime(
+    *,
+    store: Store | str | None = None,
+    tools: ToolRegistry | None = None,
+    limits: Limits | None = None,
+    fetch_timeouts: FetchTimeouts | None = None,
+    allow_networks: Sequence[str] = (),
+    on_event: EventSink | None = None,
+    http_transport: Any = None,
+    wall_clock: Callable[[], float] = time.time,
+) -> AsyncIterator[Runtime]:
+    """Open a runtime: ``async with open_runtime(store=..., tools=...) as rt:``.
+
+    ``store`` is a :class:`Store` or a URL (``memory://``,
+    ``sqlite:///path.db`` — the default is ``sqlite:///.trioplay/trioplay.db``
+    — or ``postgresql://...``). ``allow_networks`` lists CIDR blocks
+    ``fetch`` may reach although they are not public. ``on_event`` receives
+    every :class:`RuntimeEvent`. ``http_transport`` replaces the network for
+    ``fetch`` (tests, scenarios); ``wall_clock`` is the clock of lease
+    expiry and stored timestamps.
+
+    On exit every task, socket and connection the runtime opened is closed.
+    """
+    limits = limits or Limits()
+    resolved = _resolve_store(store)
+    await resolved.open()
+    try:
+        async with AsyncExitStack() as exit_stack:
+            yield Runtime(
+                store=resolved,
+                tools=tools if tools is not None else ToolRegistry(),
+                limits=limits,
+                fetch_timeouts=fetch_timeouts or FetchTimeouts(),
+                allow_networks=allow_networks,
+                http_transport=http_transport,
+                exit_stack=exit_stack,
+                on_event=on_event,
+                wall_clock=wall_clock,
+            )
+    finally:
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + limits.cleanup_timeout
+            await resolved.aclose()
+
+
+def run(play: Play, input: Any = None, *, run_id: str | None = None, **options: Any) -> Any:
+    """Blocking form of ``rt.run``: opens a runtime with ``options``, runs, closes.
+
+    ``options`` are those of :func:`open_runtime`.
+    """
+
+    async def main() -> Any:
+        async with open_runtime(**options) as rt:
+            return await rt.run(play, input, run_id=run_id)
+
+    return trio.run(main)

@@ -1,0 +1,190 @@
+"""The map stall observer: say what a quiet page is waiting for.
+
+One observer per page, its task living in the page's nursery. It tracks
+resolvers (phase ``resolver`` or ``fetch``), terminal rows waiting for writer
+admission and rows waiting for their commit, and reads the writer's
+diagnostics. Its timer starts when something becomes unresolved and fires
+every ``stall_log_interval`` while anything stays unresolved; when it fires
+and no terminal row committed during the last interval, it logs exactly one
+``[runtime.map_stall] {...}`` line (logger ``trioplay.stall``, WARNING) and
+emits the same data as a ``map.stall`` event. When nothing is unresolved the
+timer is cancelled, so a finished or idle page never speaks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from ._writer import WriterDiagnostics
+
+log = logging.getLogger("trioplay.stall")
+
+Phase = Literal["resolver", "fetch"]
+
+
+@attrs.define
+class _Resolver:
+    phase: Phase
+    phase_started_at: float
+    started_at: float
+
+
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1000))
+
+
+class MapStallObserver:
+    """Tracks one page; see the module docstring. All hooks are synchronous."""
+
+    def __init__(
+        self,
+        *,
+        map_name: str,
+        page_offset: int,
+        interval: float,
+        writer_diagnostics: Callable[[], WriterDiagnostics | None],
+        emit: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self._map_name = map_name
+        self._page_offset = page_offset
+        self._interval = interval
+        self._writer_diagnostics = writer_diagnostics
+        self._emit = emit
+        self._resolvers: dict[int, _Resolver] = {}
+        self._admission: dict[int, float] = {}
+        self._commit: dict[int, float] = {}
+        self._token = 0
+        self._terminal_committed = 0
+        self._last_commit_at = trio.current_time()
+        self._busy = trio.Event()
+        self._timer: trio.CancelScope | None = None
+
+    # -- hooks --------------------------------------------------------------
+    def resolver_started(self) -> int:
+        self._token += 1
+        now = trio.current_time()
+        self._resolvers[self._token] = _Resolver("resolver", now, now)
+        self._schedule()
+        return self._token
+
+    def resolver_finished(self, token: int) -> None:
+        self._resolvers.pop(token, None)
+        self._cancel_if_idle()
+
+    def set_phase(self, token: int, phase: Phase) -> None:
+        resolver = self._resolvers.get(token)
+        if resolver is not None:
+            resolver.phase = phase
+            resolver.phase_started_at = trio.current_time()
+
+    def terminal_queued(self) -> int:
+        self._token += 1
+        self._admission[self._token] = trio.current_time()
+        self._schedule()
+        return self._token
+
+    def terminal_admitted(self, token: int) -> None:
+        if self._admission.pop(token, None) is not None:
+            self._commit[token] = trio.current_time()
+
+    def terminal_committed(self, token: int) -> None:
+        self._admission.pop(token, None)
+        if self._commit.pop(token, None) is not None:
+            self._terminal_committed += 1
+            self._last_commit_at = trio.current_time()
+        self._cancel_if_idle()
+
+    def terminal_failed(self, token: int) -> None:
+        self._admission.pop(token, None)
+        self._commit.pop(token, None)
+        self._cancel_if_idle()
+
+    # -- the timer ----------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The observer's task; runs until its page's nursery is cancelled."""
+        task_status.started()
+        while True:
+            await self._busy.wait()
+            with trio.CancelScope() as timer:
+                self._timer = timer
+                await trio.sleep(self._interval)
+            self._timer = None
+            if timer.cancelled_caught:
+                continue
+            self.emit_if_stalled()
+            if not self._has_unresolved() and self._busy.is_set():
+                self._busy = trio.Event()
+
+    def _schedule(self) -> None:
+        if not self._busy.is_set():
+            self._busy.set()
+
+    def _cancel_if_idle(self) -> None:
+        if self._has_unresolved():
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._busy.is_set():
+            self._busy = trio.Event()
+
+    def _has_unresolved(self) -> bool:
+        return bool(self._resolvers or self._admission or self._commit)
+
+    # -- the report ---------------------------------------------------------
+    def snapshot(self) -> dict[str, Any] | None:
+        """The stall report now, or ``None`` when there is nothing to report."""
+        now = trio.current_time()
+        if now - self._last_commit_at < self._interval:
+            return None
+        writer = self._writer_diagnostics()
+        unresolved = len(self._resolvers) + len(self._admission) + len(self._commit)
+        if writer is not None:
+            unresolved += (
+                writer.active_rows + writer.queued_terminal_rows + writer.blocked_terminal_rows
+            )
+        if unresolved == 0:
+            return None
+        candidates: list[tuple[float, str]] = [
+            (r.started_at, r.phase) for r in self._resolvers.values()
+        ]
+        candidates += [(at, "writer_admission") for at in self._admission.values()]
+        candidates += [(at, "writer_commit") for at in self._commit.values()]
+        starts = [at for at, _ in candidates]
+        if writer is not None and writer.active_started_at is not None:
+            starts.append(writer.active_started_at)
+            if writer.active_kind == "terminal" and writer.active_rows > 0:
+                candidates.append((writer.active_started_at, "writer_commit"))
+        oldest_phase = min(candidates, key=lambda c: c[0])[1] if candidates else "resolver"
+        fetch_starts = [r.phase_started_at for r in self._resolvers.values() if r.phase == "fetch"]
+        return {
+            "map": self._map_name,
+            "page_offset": self._page_offset,
+            "resolver_active": len(self._resolvers),
+            "fetch_active": len(fetch_starts),
+            "oldest_fetch_ms": _ms(now - min(fetch_starts, default=now)),
+            "terminal_admission_waiting": len(self._admission),
+            "terminal_commit_waiting": len(self._commit),
+            "terminal_write_active": (
+                writer.active_rows if writer is not None and writer.active_kind == "terminal" else 0
+            ),
+            "terminal_queued": (
+                writer.queued_terminal_rows + writer.blocked_terminal_rows if writer else 0
+            ),
+            "terminal_committed": self._terminal_committed,
+            "oldest_unsettled_ms": _ms(now - min(starts, default=now)),
+            "oldest_phase": oldest_phase,
+            "last_terminal_commit_ms": _ms(now - self._last_commit_at),
+        }
+
+    def emit_if_stalled(self) -> None:
+        report = self.snapshot()
+        if report is None:
+            return
+        log.warning("[runtime.map_stall] %s", json.dumps(report, separators=(",", ":")))
+        self._emit(report)

@@ -1,0 +1,272 @@
+"""Receipts for tool and step: replay, force, stale_after, failures, waits, the latch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+import trioplay
+from trioplay.stores.memory import MemoryStore
+
+from .support import CountingTool, registry
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def call_once(store: MemoryStore, tools: trioplay.ToolRegistry, run_id: str = "r", **opts: Any) -> Any:
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.tool("finder", {"domain": "a.example"}, **opts)
+
+    wall = opts.pop("wall_clock", None)
+    kw: dict[str, Any] = {"wall_clock": wall} if wall else {}
+    async with trioplay.open_runtime(store=store, tools=tools, **kw) as rt:
+        return await rt.run(play, {}, run_id=run_id)
+
+
+async def test_completed_receipt_is_replayed_across_runs_without_the_provider() -> None:
+    tool = CountingTool()
+    store = MemoryStore()
+    first = await call_once(store, registry(finder=tool), run_id="one")
+    second = await call_once(store, registry(finder=tool), run_id="two")
+    assert first == second == {"email": "info@a.example"}
+    assert tool.calls == 1
+
+
+async def test_force_calls_again_with_a_new_idempotency_key() -> None:
+    tool = CountingTool()
+    store = MemoryStore()
+    await call_once(store, registry(finder=tool))
+    await call_once(store, registry(finder=tool), force=True)
+    assert tool.calls == 2
+    assert tool.idempotency_keys[0] != tool.idempotency_keys[1]
+
+
+async def test_idempotency_key_is_stable_for_one_receipt() -> None:
+    tool = CountingTool(fail_on=set())
+    flaky = {"n": 0}
+
+    async def sometimes(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        flaky["n"] += 1
+        tool.idempotency_keys.append(call.idempotency_key)
+        if flaky["n"] == 1:
+            raise trioplay.ProviderTransientError("network", "reset")
+        return {"ok": call.attempt}
+
+    store = MemoryStore()
+    with pytest.raises(trioplay.ProviderTransientError):
+        await call_once(store, registry(finder=sometimes))
+    assert await call_once(store, registry(finder=sometimes)) == {"ok": 2}
+    assert tool.idempotency_keys[0] == tool.idempotency_keys[1]
+
+
+async def test_stale_after_refreshes_an_old_result() -> None:
+    tool = CountingTool()
+    store = MemoryStore()
+    clock = Clock()
+    await call_once(store, registry(finder=tool), wall_clock=clock, stale_after=60)
+    clock.now += 30
+    await call_once(store, registry(finder=tool), wall_clock=clock, stale_after=60)
+    assert tool.calls == 1
+    clock.now += 31
+    await call_once(store, registry(finder=tool), wall_clock=clock, stale_after=60)
+    assert tool.calls == 2
+
+
+async def test_recorded_failure_is_raised_again_without_calling() -> None:
+    tool = CountingTool(fail_on={"a.example"})
+    store = MemoryStore()
+    for _ in range(2):
+        with pytest.raises(trioplay.ToolExecutionError, match="no such domain"):
+            await call_once(store, registry(finder=tool))
+    assert tool.calls == 1
+
+
+async def test_a_tool_raising_anything_else_is_recorded_as_a_tool_execution_error() -> None:
+    async def broken(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        raise KeyError("field")
+
+    with pytest.raises(trioplay.ToolExecutionError, match="raised KeyError") as info:
+        await call_once(MemoryStore(), registry(finder=broken))
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+async def test_transient_failures_are_not_recorded() -> None:
+    calls = {"n": 0}
+
+    async def flaky(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        calls["n"] += 1
+        raise trioplay.ProviderTransientError("rate_limit", "slow down", retry_after=0.01)
+
+    store = MemoryStore()
+    for _ in range(2):
+        with pytest.raises(trioplay.ProviderTransientError) as info:
+            await call_once(store, registry(finder=flaky))
+        assert info.value.category == "rate_limit"
+    assert calls["n"] == 2
+
+
+async def test_tool_result_must_be_json() -> None:
+    async def returns_a_set(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        return {1, 2}
+
+    with pytest.raises(trioplay.ToolExecutionError, match="not JSON"):
+        await call_once(MemoryStore(), registry(finder=returns_a_set))
+
+
+async def test_tool_timeout_is_transient_and_bounded(autojump_clock: trio.testing.MockClock) -> None:
+    async def hangs(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep_forever()
+
+    start = trio.current_time()
+    with pytest.raises(trioplay.ToolTimeout, match="exceeded its timeout of 5s"):
+        await call_once(MemoryStore(), registry(finder=hangs), timeout=5)
+    assert trio.current_time() - start == pytest.approx(5, abs=0.05)
+
+
+async def test_step_runs_once_per_run() -> None:
+    store = MemoryStore()
+    counter = {"n": 0}
+
+    def started() -> int:
+        counter["n"] += 1
+        return 42
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.step("started", started)
+
+    for _ in range(2):
+        async with trioplay.open_runtime(store=store) as rt:
+            assert await rt.run(play, {}, run_id="r") == 42
+    assert counter["n"] == 1
+    async with trioplay.open_runtime(store=store) as rt:
+        assert await rt.run(play, {}, run_id="other") == 42
+    assert counter["n"] == 2
+
+
+async def test_receipt_held_by_a_live_owner_is_waited_on_then_times_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = MemoryStore()
+    clock = Clock()
+    # Another live process holds the receipt for a long time.
+    tool = CountingTool()
+    await store.claim_many(
+        [trioplay.ClaimRequest(key="k1", operation="tool", name="finder", run_id="x")],
+        owner="elsewhere/1/1",
+        lease_ttl=3600,
+        now=clock(),
+    )
+    with pytest.raises(trioplay.ReceiptWaitTimeout):
+        await call_once(store, registry(finder=tool), key="k1", receipt_wait=5, wall_clock=clock)
+    assert tool.calls == 0
+
+
+async def test_receipt_held_is_delivered_when_the_owner_completes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = MemoryStore()
+    clock = Clock()
+    tool = CountingTool()
+    (claim,) = await store.claim_many(
+        [trioplay.ClaimRequest(key="k1", operation="tool", name="finder", run_id="x")],
+        owner="elsewhere/1/1",
+        lease_ttl=3600,
+        now=clock(),
+    )
+    assert isinstance(claim, trioplay.Claimed)
+
+    async def owner_finishes() -> None:
+        await trio.sleep(2.5)
+        await store.complete_many(
+            [trioplay.Completion("k1", claim.lease_id, '{"email":"x"}')], now=clock()
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(owner_finishes)
+        result = await call_once(store, registry(finder=tool), key="k1", wall_clock=clock)
+    assert result == {"email": "x"}
+    assert tool.calls == 0
+
+
+async def test_expired_lease_is_reclaimed_after_waiting(autojump_clock: trio.testing.MockClock) -> None:
+    store = MemoryStore()
+    clock = Clock()
+    tool = CountingTool()
+    await store.claim_many(
+        [trioplay.ClaimRequest(key="k1", operation="tool", name="finder", run_id="x")],
+        owner="elsewhere/1/1",
+        lease_ttl=3,
+        now=clock(),
+    )
+
+    async def time_passes() -> None:
+        while True:
+            await trio.sleep(1)
+            clock.now += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(time_passes)
+        result = await call_once(store, registry(finder=tool), key="k1", wall_clock=clock)
+        nursery.cancel_scope.cancel()
+    assert result == {"email": "info@a.example"}
+    assert tool.calls == 1
+
+
+async def test_lease_of_a_dead_local_process_is_taken_over_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    import socket
+
+    store = MemoryStore()
+    tool = CountingTool()
+    dead_owner = f"{socket.gethostname()}/999999999/1"
+    await store.claim_many(
+        [trioplay.ClaimRequest(key="k1", operation="tool", name="finder", run_id="x")],
+        owner=dead_owner,
+        lease_ttl=3600,
+        now=Clock()(),
+    )
+    start = trio.current_time()
+    assert await call_once(store, registry(finder=tool), key="k1", wall_clock=Clock()) == {
+        "email": "info@a.example"
+    }
+    assert trio.current_time() - start < 0.5
+    assert tool.calls == 1
+
+
+class FailingCompletions(MemoryStore):
+    async def complete_many(self, items: Any, *, now: float) -> list[bool]:
+        raise trioplay.StoreError("memory://: complete_many: disk full")
+
+
+async def test_persistence_latch_stops_further_provider_calls() -> None:
+    tool = CountingTool()
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("finder", {"domain": row["domain"]})
+
+        return await ctx.dataset("s", [{"domain": f"d{i}"} for i in range(500)]).with_column(
+            "x", resolver
+        ).run(key="domain")
+
+    with pytest.raises(trioplay.PersistenceLatchTripped, match="disk full"):
+        async with trioplay.open_runtime(
+            store=FailingCompletions(),
+            tools=registry(finder=tool),
+            limits=trioplay.Limits(max_concurrent_external_calls=4, max_concurrent_rows=8),
+        ) as rt:
+            await rt.run(play, {}, run_id="r")
+    # Only calls admitted before the first failed completion ran.
+    assert tool.calls <= 8

@@ -1,0 +1,141 @@
+"""The terminal-row writer in virtual time: flush latency, backpressure, failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import trioplay
+from trioplay._groups import open_nursery
+from trioplay._records import SheetRow
+from trioplay._writer import TerminalRow, TerminalRowWriter
+from trioplay.stores.memory import MemoryStore
+
+
+def item(key: str, size: int = 10) -> TerminalRow:
+    return TerminalRow(SheetRow(key, int(key), "completed", "{}"), size, None, 0, None)
+
+
+class Harness:
+    def __init__(self, store: Any, **kw: Any) -> None:
+        self.committed: dict[str, float] = {}
+        self.writer = TerminalRowWriter(
+            store,
+            "run",
+            "ds",
+            buffer_bytes=kw.get("buffer_bytes", 1000),
+            max_flush=kw.get("max_flush", 0.1),
+            cleanup_timeout=1.0,
+            on_commit=self.on_commit,
+        )
+
+    def on_commit(self, batch: list[TerminalRow]) -> None:
+        for row in batch:
+            assert row.row.key not in self.committed
+            self.committed[row.row.key] = trio.current_time()
+
+
+async def test_trickling_rows_commit_within_max_flush_of_the_first_buffered(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = MemoryStore()
+    h = Harness(store)
+    admitted: dict[str, float] = {}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.writer.run)
+        for i in range(40):
+            await h.writer.admit(item(str(i)))
+            admitted[str(i)] = trio.current_time()
+            await trio.sleep(0.037)
+        h.writer.close_input()
+    assert set(h.committed) == set(admitted)
+    # Each row commits at most max_flush after the first row of its batch,
+    # so at most max_flush after its own admission.
+    worst = max(h.committed[k] - admitted[k] for k in admitted)
+    assert worst <= 0.1 + 1e-9
+    assert len(await store.read_rows("run", "ds", limit=100)) == 40
+
+
+async def test_a_batch_flushes_exactly_at_max_flush(autojump_clock: trio.testing.MockClock) -> None:
+    h = Harness(MemoryStore(), max_flush=0.25)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.writer.run)
+        start = trio.current_time()
+        await h.writer.admit(item("1"))
+        await trio.sleep(1)
+        assert h.committed["1"] - start == pytest.approx(0.25)
+        h.writer.close_input()
+
+
+async def test_a_full_byte_buffer_blocks_admission(autojump_clock: trio.testing.MockClock) -> None:
+    store = MemoryStore(write_delay=5.0)
+    h = Harness(store, buffer_bytes=100, max_flush=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.writer.run)
+        start = trio.current_time()
+        # 10 rows of 10 bytes fill the buffer; the flush then takes 5 s.
+        for i in range(10):
+            await h.writer.admit(item(str(i)))
+        assert trio.current_time() == start
+        # The next batch fills while the first is written; the one after must wait.
+        for i in range(10, 20):
+            await h.writer.admit(item(str(i)))
+        assert h.writer.diagnostics().active_rows == 10
+        blocked = trio.current_time()
+        await h.writer.admit(item("20"))
+        assert trio.current_time() - blocked == pytest.approx(5.0)
+        h.writer.close_input()
+    assert len(h.committed) == 21
+
+
+async def test_a_failing_write_fails_the_map_and_reports_nothing_uncommitted() -> None:
+    store = MemoryStore()
+    committed_events: list[dict[str, Any]] = []
+
+    def on_event(event: trioplay.RuntimeEvent) -> None:
+        if event.type == "map.progress":
+            committed_events.append(event.data)
+
+    state = {"rows": 0}
+
+    async def resolver(row: trioplay.Row, _rc: trioplay.RowContext) -> str:
+        state["rows"] += 1
+        if state["rows"] == 300:
+            store.fail_writes(trioplay.StoreError("memory://: write_terminal_rows: disk full"))
+        await trio.sleep(0.001)
+        return "ok"
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        rows = [{"id": str(i)} for i in range(2000)]
+        return await ctx.dataset("s", rows).with_column("x", resolver).run(key="id")
+
+    limits = trioplay.Limits(writer_max_flush=0.01, progress_flush_interval=0.001)
+    with pytest.raises(trioplay.StoreError, match="disk full"):
+        async with trioplay.open_runtime(store=store, limits=limits, on_event=on_event) as rt:
+            await rt.run(play, {}, run_id="r")
+    in_store = (await store.count_rows("r", "s")).get("completed", 0)
+    reported = max((e["completed"] for e in committed_events), default=0)
+    assert 0 < in_store < 2000
+    assert reported <= in_store
+
+
+async def test_admit_after_a_failed_write_raises_the_same_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = MemoryStore()
+    error = trioplay.StoreError("memory://: write_terminal_rows: gone")
+    store.fail_writes(error)
+    h = Harness(store)
+    with pytest.raises(trioplay.StoreError) as info:
+        async with open_nursery() as nursery:
+            await nursery.start(h.writer.run)
+            await h.writer.admit(item("1"))
+            await trio.sleep(1)
+    assert h.writer.error is error
+    with pytest.raises(trioplay.StoreError):
+        await h.writer.admit(item("2"))
+    assert info.value is error
