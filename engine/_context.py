@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -12,15 +11,17 @@ from ._dispatch import Dispatcher, local_executor
 from ._errors import PlayDefinitionError
 from ._events import RuntimeEvent, deliver
 from ._json import digest
-from ._limits import FetchTimeouts, Limits
 from ._map import Dataset
-from ._stall import MapStallObserver
-from ._store import Store
-from ._tools import ToolCall
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
     from ._fetch import FetchResponse
+    from ._limits import FetchTimeouts, Limits
     from ._runtime import Runtime
+    from ._stall import MapStallObserver
+    from ._store import Store
+    from ._tools import ToolCall
 
 play_log = logging.getLogger("trioplay.play")
 

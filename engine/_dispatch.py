@@ -30,8 +30,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -48,9 +48,7 @@ from ._errors import (
     error_from_record,
     error_to_record,
 )
-from ._governor import Governor, ProviderGate
 from ._json import canonical_json, dumps, loads
-from ._limits import Limits
 from ._owner import owner_is_dead
 from ._records import (
     Claimed,
@@ -63,8 +61,12 @@ from ._records import (
     Receipt,
     Settled,
 )
-from ._store import Store
 from ._tools import FetchFunction, ToolCall, ToolRegistry, ToolSpec
+
+if TYPE_CHECKING:
+    from ._governor import Governor, ProviderGate
+    from ._limits import Limits
+    from ._store import Store
 
 Execute = Callable[[ToolCall], Awaitable[Any]]
 
@@ -91,8 +93,8 @@ class _Call:
         "execute",
         "force",
         "gate",
-        "kind",
         "key",
+        "kind",
         "name",
         "operation",
         "receipt_wait",
@@ -176,25 +178,40 @@ class _Settler:
     async def _write(self, batch: list[tuple[Completion | Failure | Lease, _Waiter]]) -> None:
         if not batch:
             return
-        completions = [(i, w) for i, w in batch if isinstance(i, Completion)]
-        failures = [(i, w) for i, w in batch if isinstance(i, Failure)]
-        releases = [(i, w) for i, w in batch if isinstance(i, Lease)]
+        completions: list[Completion] = []
+        failures: list[Failure] = []
+        releases: list[Lease] = []
+        waiters: tuple[list[_Waiter], list[_Waiter], list[_Waiter]] = ([], [], [])
+        for item, waiter in batch:
+            if isinstance(item, Completion):
+                completions.append(item)
+                waiters[0].append(waiter)
+            elif isinstance(item, Failure):
+                failures.append(item)
+                waiters[1].append(waiter)
+            else:
+                releases.append(item)
+                waiters[2].append(waiter)
         now = self._now()
-        for group, write in (
-            (completions, self._store.complete_many),
-            (failures, self._store.fail_many),
-            (releases, self._store.release_many),
-        ):
-            if not group:
-                continue
-            try:
-                results: Sequence[bool] = await write([i for i, _ in group], now=now)  # type: ignore[operator]
-            except Exception as exc:
-                for _, waiter in group:
-                    waiter.fail(exc)
-                continue
-            for (_, waiter), ok in zip(group, results, strict=True):
-                waiter.succeed(ok)
+        store = self._store
+        if completions:
+            await _settle_group(waiters[0], store.complete_many(completions, now=now))
+        if failures:
+            await _settle_group(waiters[1], store.fail_many(failures, now=now))
+        if releases:
+            await _settle_group(waiters[2], store.release_many(releases, now=now))
+
+
+async def _settle_group(waiters: list[_Waiter], write: Awaitable[list[bool]]) -> None:
+    """Await one store write and wake its waiters with their results (or its error)."""
+    try:
+        results = await write
+    except Exception as exc:
+        for waiter in waiters:
+            waiter.fail(exc)
+        return
+    for waiter, ok in zip(waiters, results, strict=True):
+        waiter.succeed(ok)
 
 
 class _Waiter:
@@ -392,7 +409,9 @@ class Dispatcher:
                 # The owner was cancelled: its followers must not wait forever.
                 self._deliver(
                     call,
-                    error=ToolExecutionError(f"the {operation} {name!r} this call followed was cancelled"),
+                    error=ToolExecutionError(
+                        f"the {operation} {name!r} this call followed was cancelled"
+                    ),
                 )
         return await self._result_of(call)
 

@@ -16,10 +16,12 @@ of occupying global slots other providers could use.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import trio
 
-from ._tools import Rate
+if TYPE_CHECKING:
+    from ._tools import Rate
 
 
 class TokenBucket:

@@ -4,16 +4,19 @@ Trio nurseries raise ``ExceptionGroup``s. Users of trioplay never see one:
 every nursery inside the engine is opened with :func:`open_nursery`, which
 turns a group back into the one error that caused the failure. The first
 error that is not ``trio.Cancelled`` wins; the others stay reachable as the
-winner's ``__context__`` (the group) and are listed in a note. A lone error
+winner's ``__cause__`` (the group) and are listed in a note. A lone error
 keeps its own ``__cause__`` and is raised as if no nursery were involved.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import trio
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -51,4 +54,4 @@ async def open_nursery() -> AsyncIterator[trio.Nursery]:
         if len(_leaves(group)) == 1:
             # A lone error: keep its own cause, hide the wrapper group.
             raise error from error.__cause__
-        raise error  # the group stays reachable as __context__
+        raise error from group  # the others stay reachable through the group

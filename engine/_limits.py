@@ -6,17 +6,19 @@ bounds and how to choose it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 MiB = 1024 * 1024
 
 
-def _positive(_instance: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _positive(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"Limits.{attribute.name} must be a positive number, got {value!r}")
 
 
-def _non_negative(_instance: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _non_negative(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
         raise ValueError(f"Limits.{attribute.name} must be zero or positive, got {value!r}")
 

@@ -94,9 +94,9 @@ class MapResult:
             f"failed={self.failed_count}, skipped={self.skipped_count})"
         )
 
-    async def rows(self, *, status: Literal["completed", "failed"] = "completed") -> AsyncIterator[
-        dict[str, Any]
-    ]:
+    async def rows(
+        self, *, status: Literal["completed", "failed"] = "completed"
+    ) -> AsyncIterator[dict[str, Any]]:
         """Yield the sheet's rows in input order (completed ones by default).
 
         Failed rows carry their error under ``"_error"``.

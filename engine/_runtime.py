@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import trio
 
 from ._context import PlayContext
-from ._dispatch import DispatchStats, Dispatcher
+from ._dispatch import Dispatcher, DispatchStats
 from ._errors import PlayDefinitionError, PlayInputError, format_error
 from ._events import EventSink, RuntimeEvent, deliver
 from ._governor import Governor
@@ -24,12 +23,14 @@ from ._groups import open_nursery
 from ._json import canonical_json, digest, dumps, dumps_output
 from ._limits import FetchTimeouts, Limits
 from ._owner import current_owner
-from ._records import RunStatus
 from ._store import Store
 from ._tools import ToolRegistry
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
     from ._fetch import Fetcher, FetchResponse
+    from ._records import RunStatus
 
 log = logging.getLogger("trioplay")
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
 
-from ._writer import WriterDiagnostics
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._writer import WriterDiagnostics
 
 log = logging.getLogger("trioplay.stall")
 

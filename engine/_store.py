@@ -22,8 +22,7 @@ Rules every implementation follows:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ._records import (
     ClaimOutcome,
@@ -38,6 +37,9 @@ from ._records import (
     SheetEntry,
     SheetRow,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 @runtime_checkable

@@ -17,15 +17,18 @@ commit what it had admitted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from ._groups import open_nursery
-from ._records import SheetRow
-from ._store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._records import SheetRow
+    from ._store import Store
 
 
 @attrs.frozen

@@ -14,12 +14,14 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 settings.register_profile(
     "fast", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -32,9 +34,7 @@ settings.load_profile(os.environ.get("TRIOPLAY_HYPOTHESIS", "fast"))
 DEFAULT_TEST_DEADLINE = 60.0
 
 
-def _bounded(
-    fn: Callable[..., Awaitable[Any]], seconds: float
-) -> Callable[..., Awaitable[Any]]:
+def _bounded(fn: Callable[..., Awaitable[Any]], seconds: float) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(fn)
     async def bounded(*args: Any, **kwargs: Any) -> Any:
         with trio.fail_after(seconds):

@@ -6,7 +6,6 @@ from collections import Counter
 from typing import Any
 
 import trio
-
 import trioplay
 
 

@@ -54,7 +54,16 @@ def test_tool_options_and_fetch_signature() -> None:
     for option in ("force", "stale_after", "timeout", "receipt_wait", "key"):
         assert tool[option].kind is inspect.Parameter.KEYWORD_ONLY, option
     fetch = inspect.signature(trioplay.PlayContext.fetch).parameters
-    for option in ("method", "headers", "json", "content", "auth", "timeouts", "stale_after", "force"):
+    for option in (
+        "method",
+        "headers",
+        "json",
+        "content",
+        "auth",
+        "timeouts",
+        "stale_after",
+        "force",
+    ):
         assert option in fetch, option
     run = inspect.signature(trioplay.Dataset.run).parameters
     assert list(run)[1:] == ["key", "on_row_error", "page_size"]

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 import trio
-
 import trioplay
 from trioplay.stores.memory import MemoryStore
 
@@ -46,7 +45,9 @@ async def test_rerun_skips_committed_rows_and_pays_nothing() -> None:
 
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> trioplay.MapResult:
-        return await ctx.dataset("sheet", leads(50)).with_column("email", find_email).run(key="domain")
+        return (
+            await ctx.dataset("sheet", leads(50)).with_column("email", find_email).run(key="domain")
+        )
 
     first = await run_play(play, store, registry(finder=tool))
     second = await run_play(play, store, registry(finder=tool))
@@ -62,8 +63,10 @@ async def test_duplicate_keys_are_skipped_and_counted() -> None:
 
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> trioplay.MapResult:
-        return await ctx.dataset("s", rows).with_column("email", find_email).run(
-            key="domain", page_size=4
+        return (
+            await ctx.dataset("s", rows)
+            .with_column("email", find_email)
+            .run(key="domain", page_size=4)
         )
 
     result = await run_play(play, MemoryStore(), registry(finder=CountingTool()))
@@ -80,9 +83,7 @@ async def test_isolate_records_the_failed_row_and_siblings_go_on() -> None:
     result = await run_play(play, MemoryStore(), registry(finder=tool))
     assert (result.completed_count, result.failed_count) == (4, 1)
     failed = [row async for row in result.rows(status="failed")]
-    assert failed == [
-        {"domain": "d2.example", "_error": "ToolExecutionError: no such domain"}
-    ]
+    assert failed == [{"domain": "d2.example", "_error": "ToolExecutionError: no such domain"}]
 
 
 async def test_fail_mode_persists_the_row_then_raises_its_error() -> None:
@@ -95,8 +96,10 @@ async def test_fail_mode_persists_the_row_then_raises_its_error() -> None:
 
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        return await ctx.dataset("s", leads(3)).with_column("x", explode).run(
-            key="domain", on_row_error="fail"
+        return (
+            await ctx.dataset("s", leads(3))
+            .with_column("x", explode)
+            .run(key="domain", on_row_error="fail")
         )
 
     with pytest.raises(ValueError, match="boom") as info:
@@ -124,7 +127,9 @@ async def test_unknown_tool_fails_the_run_naming_the_tool() -> None:
 
         return await ctx.dataset("s", leads(3)).with_column("x", resolver).run()
 
-    with pytest.raises(trioplay.UnknownToolError, match=r"unknown tool id 'findr'; registered tools: finder"):
+    with pytest.raises(
+        trioplay.UnknownToolError, match=r"unknown tool id 'findr'; registered tools: finder"
+    ):
         await run_play(play, MemoryStore(), registry(finder=CountingTool()))
 
 

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 import trio
-
 import trioplay
 from trioplay.stores.memory import MemoryStore
 
@@ -21,7 +20,9 @@ class Clock:
         return self.now
 
 
-async def call_once(store: MemoryStore, tools: trioplay.ToolRegistry, run_id: str = "r", **opts: Any) -> Any:
+async def call_once(
+    store: MemoryStore, tools: trioplay.ToolRegistry, run_id: str = "r", **opts: Any
+) -> Any:
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
         return await ctx.tool("finder", {"domain": "a.example"}, **opts)
@@ -122,7 +123,9 @@ async def test_tool_result_must_be_json() -> None:
         await call_once(MemoryStore(), registry(finder=returns_a_set))
 
 
-async def test_tool_timeout_is_transient_and_bounded(autojump_clock: trio.testing.MockClock) -> None:
+async def test_tool_timeout_is_transient_and_bounded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async def hangs(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
         await trio.sleep_forever()
 
@@ -198,7 +201,9 @@ async def test_receipt_held_is_delivered_when_the_owner_completes(
     assert tool.calls == 0
 
 
-async def test_expired_lease_is_reclaimed_after_waiting(autojump_clock: trio.testing.MockClock) -> None:
+async def test_expired_lease_is_reclaimed_after_waiting(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     store = MemoryStore()
     clock = Clock()
     tool = CountingTool()
@@ -257,9 +262,11 @@ async def test_persistence_latch_stops_further_provider_calls() -> None:
         async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
             return await rc.tool("finder", {"domain": row["domain"]})
 
-        return await ctx.dataset("s", [{"domain": f"d{i}"} for i in range(500)]).with_column(
-            "x", resolver
-        ).run(key="domain")
+        return (
+            await ctx.dataset("s", [{"domain": f"d{i}"} for i in range(500)])
+            .with_column("x", resolver)
+            .run(key="domain")
+        )
 
     with pytest.raises(trioplay.PersistenceLatchTripped, match="disk full"):
         async with trioplay.open_runtime(

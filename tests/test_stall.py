@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-
 import trioplay
 from trioplay.stores.memory import MemoryStore
 
@@ -121,7 +120,11 @@ async def test_fetch_phase_is_reported(
 
     reports: list[dict[str, Any]] = []
     observer = MapStallObserver(
-        map_name="m", page_offset=0, interval=60, writer_diagnostics=lambda: None, emit=reports.append
+        map_name="m",
+        page_offset=0,
+        interval=60,
+        writer_diagnostics=lambda: None,
+        emit=reports.append,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(observer.run)

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-
 import trioplay
 from trioplay._groups import open_nursery
 from trioplay._records import SheetRow
@@ -130,11 +129,15 @@ async def test_admit_after_a_failed_write_raises_the_same_error(
     error = trioplay.StoreError("memory://: write_terminal_rows: gone")
     store.fail_writes(error)
     h = Harness(store)
-    with pytest.raises(trioplay.StoreError) as info:
+
+    async def write_one() -> None:
         async with open_nursery() as nursery:
             await nursery.start(h.writer.run)
             await h.writer.admit(item("1"))
             await trio.sleep(1)
+
+    with pytest.raises(trioplay.StoreError) as info:
+        await write_one()
     assert h.writer.error is error
     with pytest.raises(trioplay.StoreError):
         await h.writer.admit(item("2"))
