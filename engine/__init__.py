@@ -26,6 +26,8 @@ from ._errors import TrioplayError as TrioplayError
 from ._errors import UnknownToolError as UnknownToolError
 from ._errors import UnsafeOutboundUrl as UnsafeOutboundUrl
 from ._events import RuntimeEvent as RuntimeEvent
+from ._fetch import FetchResponse as FetchResponse
+from ._fetch import Secret as Secret
 from ._limits import FetchTimeouts as FetchTimeouts
 from ._limits import Limits as Limits
 from ._map import Dataset as Dataset

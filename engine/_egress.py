@@ -22,7 +22,6 @@ name 127.0.0.1) and judged as that address, without asking any resolver.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -34,7 +33,7 @@ from ipaddress import (
     ip_address,
     ip_network,
 )
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import attrs
@@ -43,6 +42,9 @@ import httpx
 import trio
 
 from ._errors import UnsafeOutboundUrl
+
+if TYPE_CHECKING:
+    import ssl
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
@@ -186,8 +188,10 @@ class EgressPolicy:
 
     def refusal(self, address: IPAddress) -> str | None:
         """Why ``address`` is refused, or ``None`` when a connection may go there."""
+        # An IPv4-mapped address reaches its IPv4 host, so that host's block opens it too.
         mapped = address.ipv4_mapped if isinstance(address, IPv6Address) else None
-        if any(candidate in network for candidate in (address, mapped) for network in self.allow_networks):
+        candidates = [address] if mapped is None else [address, mapped]
+        if any(ip in network for ip in candidates for network in self.allow_networks):
             return None
         return non_public_reason(address)
 
@@ -225,7 +229,9 @@ def _parse_answer(host: str, answer: str) -> IPAddress:
     try:
         return ip_address(answer)
     except ValueError:
-        raise UnsafeOutboundUrl(f"{host!r} resolved to {answer!r}, which is not an address") from None
+        raise UnsafeOutboundUrl(
+            f"{host!r} resolved to {answer!r}, which is not an address"
+        ) from None
 
 
 async def resolve_host(host: str, port: int) -> list[str]:
@@ -251,6 +257,8 @@ def pinned(destination: Destination) -> Iterator[None]:
 
 
 class _PinnedBackend(httpcore.AsyncNetworkBackend):
+    # The `timeout` parameters below are httpcore's interface; the pool passes
+    # None because fetch's deadlines are cancel scopes around the whole call.
     def __init__(self) -> None:
         self._inner = httpcore.TrioBackend()
 

@@ -28,19 +28,31 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from types import TracebackType
-from typing import Any, Literal, Self
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import attrs
 import httpx
 import trio
 
-from ._egress import DEFAULT_PORTS, EgressPolicy, PinnedTransport, Resolver, pinned, resolve_host
+from ._egress import (
+    DEFAULT_PORTS,
+    Destination,
+    EgressPolicy,
+    PinnedTransport,
+    Resolver,
+    pinned,
+    resolve_host,
+)
 from ._errors import FetchError, FetchTimeout, UnsafeOutboundUrl
-from ._json import canonical_json, dumps, loads
-from ._limits import FetchTimeouts, Limits
+from ._json import canonical_json, loads
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+    from types import TracebackType
+
+    from ._limits import FetchTimeouts, Limits
 
 MAX_REDIRECTS = 10
 REDACTED = "[REDACTED]"
@@ -56,7 +68,7 @@ _ORIGIN_BOUND = frozenset({"authorization", "proxy-authorization", "cookie", "ho
 _BODY_HEADERS = frozenset({"content-type", "content-length", "content-encoding"})
 
 
-def _printable(_instance: object, _attribute: object, value: object) -> None:
+def _printable(_instance: object, _attribute: attrs.Attribute[str], value: str) -> None:
     # The value itself never appears in the message.
     if not isinstance(value, str) or not value:
         raise ValueError("Secret needs a non-empty string")
@@ -146,14 +158,11 @@ class _Outgoing:
     body: bytes | None
 
     def __attrs_post_init__(self) -> None:
-        if self.url.scheme != "https" and self.secrets():
+        if self.url.scheme != "https" and any(isinstance(v, Secret) for _, v in self.headers):
             raise FetchError(
                 f"refusing to send a Secret over plain http to {self.url.host!r}; "
                 "use an https:// URL"
             )
-
-    def secrets(self) -> list[str]:
-        return [value.value for _, value in self.headers if isinstance(value, Secret)]
 
     def wire_headers(self) -> list[tuple[str, str]]:
         return [
@@ -167,7 +176,12 @@ class _Outgoing:
             for name, value in self.headers
         )
         body = None if self.body is None else hashlib.sha256(self.body).hexdigest()
-        return {"method": self.method, "url": str(self.url), "headers": headers, "body_sha256": body}
+        return {
+            "method": self.method,
+            "url": str(self.url),
+            "headers": headers,
+            "body_sha256": body,
+        }
 
 
 def _prepare(
@@ -180,16 +194,9 @@ def _prepare(
     auth: Secret | None,
 ) -> _Outgoing:
     try:
-        parsed = httpx.URL(url)
+        parsed = _checked(httpx.URL(url))
     except httpx.InvalidURL as exc:
         raise FetchError(f"invalid URL: {exc}") from None
-    if parsed.scheme not in DEFAULT_PORTS:
-        raise UnsafeOutboundUrl(f"fetch only reaches http and https URLs, not {parsed.scheme!r}")
-    if parsed.userinfo:
-        raise FetchError(
-            "credentials in the URL would be stored in receipts and logs; "
-            "pass auth=trioplay.Secret(...) instead"
-        )
     if json is not None and content is not None:
         raise ValueError("fetch takes json= or content=, not both")
     if auth is not None and not isinstance(auth, Secret):
@@ -204,7 +211,8 @@ def _prepare(
         pairs.append(("authorization", Secret(f"Bearer {auth.value}")))
     body: bytes | None = None
     if json is not None:
-        body = dumps(json).encode("utf-8")
+        # Canonical JSON: the same value always sends (and identifies as) the same bytes.
+        body = canonical_json(json).encode("utf-8")
         if not any(name == "content-type" for name, _ in pairs):
             pairs.append(("content-type", "application/json"))
     elif content is not None:
@@ -226,18 +234,16 @@ def request_identity(
     Takes ``fetch``'s arguments and returns ``{"method", "url", "headers",
     "body_sha256"}``: the normalised URL, the caller's headers sorted and
     lower-cased with every Secret replaced by ``[SECRET]`` (``auth`` shows as
-    an ``authorization`` header), and the SHA-256 of the body. A JSON body is
-    digested in canonical form, so key order does not change the identity.
+    an ``authorization`` header), and the SHA-256 of the body (``None``
+    without one). ``json=`` bodies are sent as canonical JSON, so key order
+    changes neither the bytes nor the identity.
     Two requests with the same identity are the same request, whatever their
     secret values: rotating a token does not invalidate stored responses.
     Raises what ``fetch`` raises for an unusable request, before any I/O.
     """
-    identity = _prepare(
+    return _prepare(
         url, method=method, headers=headers, json=json, content=content, auth=auth
     ).identity()
-    if json is not None:
-        identity["body_sha256"] = hashlib.sha256(canonical_json(json).encode("utf-8")).hexdigest()
-    return identity
 
 
 @attrs.frozen
@@ -257,8 +263,9 @@ class _Deadlines:
             yield
         # Only our own deadline sets cancelled_caught: a cancelled caller's
         # scope is visible to ours, so its Cancelled passes through untouched.
+        # (`from None`: the Cancelled we caught is an implementation detail.)
         if scope.cancelled_caught:
-            raise FetchTimeout("total", self.timeouts.total)
+            raise FetchTimeout("total", self.timeouts.total) from None
 
     @contextmanager
     def phase(self, phase: Literal["headers", "body"]) -> Iterator[None]:
@@ -269,7 +276,7 @@ class _Deadlines:
         with trio.CancelScope(deadline=phase_at if phase_at < self.total_at else math.inf) as scope:
             yield
         if scope.cancelled_caught:
-            raise FetchTimeout(phase, limit)
+            raise FetchTimeout(phase, limit) from None
 
 
 class Fetcher:
@@ -311,7 +318,8 @@ class Fetcher:
             timeout=None,  # the cancel scopes are the deadlines
             follow_redirects=False,
             trust_env=False,
-            cookies=_NoCookies(),
+            # A jar that refuses every cookie: fetches share no state.
+            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
             headers={"user-agent": "trioplay"},
         )
 
@@ -328,8 +336,29 @@ class Fetcher:
         with trio.move_on_after(self._limits.cleanup_timeout, shield=True):
             await self._client.__aexit__(exc_type, exc_value, traceback)
 
+    def request_identity(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        headers: Mapping[str, HeaderValue] | None = None,
+        json: Any = None,
+        content: bytes | str | None = None,
+        auth: Secret | None = None,
+    ) -> dict[str, Any]:
+        """:func:`request_identity`, and remember the request's secrets for :meth:`redact`.
+
+        Call it before deciding whether to fetch or to replay a receipt: a run
+        that only replays still redacts the secrets its play passed.
+        """
+        outgoing = _prepare(
+            url, method=method, headers=headers, json=json, content=content, auth=auth
+        )
+        self._remember(headers, auth)
+        return outgoing.identity()
+
     def redact(self, text: str) -> str:
-        """``text`` with every secret value this fetcher has sent replaced by ``[REDACTED]``."""
+        """``text`` with every secret value this fetcher has seen replaced by ``[REDACTED]``."""
         for value in sorted(self._secrets, key=len, reverse=True):
             text = text.replace(value, REDACTED)
         return text
@@ -362,11 +391,16 @@ class Fetcher:
         outgoing = _prepare(
             url, method=method, headers=headers, json=json, content=content, auth=auth
         )
-        self._secrets.update(outgoing.secrets())
+        self._remember(headers, auth)
         deadlines = _Deadlines.start(timeouts or self._timeouts)
         with deadlines.total():
             response = await self._follow(outgoing, deadlines)
         return response
+
+    def _remember(self, headers: Mapping[str, HeaderValue] | None, auth: Secret | None) -> None:
+        # The bare values: a server may echo a token without its "Bearer ".
+        secrets = [value for value in (headers or {}).values() if isinstance(value, Secret)]
+        self._secrets.update(secret.value for secret in [*secrets, *([auth] if auth else [])])
 
     async def _follow(self, outgoing: _Outgoing, deadlines: _Deadlines) -> FetchResponse:
         for _hop in range(MAX_REDIRECTS + 1):
@@ -386,7 +420,7 @@ class Fetcher:
             outgoing.method, outgoing.url, headers=outgoing.wire_headers(), content=outgoing.body
         )
         attempts = self._limits.fetch_retry_attempts if outgoing.method in _IDEMPOTENT else 1
-        destination = None  # resolved once per hop, reused by its retries
+        destination: Destination | None = None  # resolved once per hop, reused by retries
         attempt = 0
         while True:
             attempt += 1
@@ -415,11 +449,15 @@ class Fetcher:
             raise FetchError(too_large)
         body = bytearray()
         try:
-            with deadlines.phase("body"):
+            with deadlines.phase("body"), trio.CancelScope() as stop_reading:
                 async for chunk in response.aiter_bytes():
                     body += chunk
                     if len(body) > cap:
-                        raise FetchError(too_large)
+                        # Raising here would leave httpx's stream generators
+                        # suspended (Trio warns when they are collected);
+                        # cancelling makes their next read raise, which
+                        # unwinds them all.
+                        stop_reading.cancel()
         except (httpx.TransportError, httpx.DecodingError) as exc:
             raise FetchError(
                 self.redact(
@@ -427,6 +465,8 @@ class Fetcher:
                     f"{type(exc).__name__}: {exc}"
                 )
             ) from exc
+        if len(body) > cap:
+            raise FetchError(too_large)
         return bytes(body)
 
     def _finish(self, response: httpx.Response, body: bytes) -> FetchResponse:
@@ -452,11 +492,9 @@ def _redirect(outgoing: _Outgoing, response: httpx.Response) -> _Outgoing | None
     if response.status_code not in _REDIRECTS or not location:
         return None
     try:
-        url = response.url.join(location)
+        url = _checked(response.url.join(location))
     except httpx.InvalidURL as exc:
         raise FetchError(f"redirect to an invalid URL: {exc}") from None
-    if url.scheme not in DEFAULT_PORTS:
-        raise UnsafeOutboundUrl(f"redirect to a {url.scheme!r} URL refused")
     method, body, headers = outgoing.method, outgoing.body, outgoing.headers
     # What browsers (and httpx) do: 303 turns into GET, and so do 301/302 after POST.
     if (response.status_code == 303 and method != "HEAD") or (
@@ -473,19 +511,22 @@ def _redirect(outgoing: _Outgoing, response: httpx.Response) -> _Outgoing | None
     return _Outgoing(method=method, url=url, headers=headers, body=body)
 
 
+def _checked(url: httpx.URL) -> httpx.URL:
+    """``url`` when fetch may use it; the same rules for the first hop and redirects."""
+    if url.scheme not in DEFAULT_PORTS:
+        raise UnsafeOutboundUrl(f"fetch only reaches http and https URLs, not {url.scheme!r}")
+    if url.userinfo:
+        raise FetchError(
+            "credentials in a URL would be stored in receipts and logs; "
+            "pass auth=trioplay.Secret(...) instead"
+        )
+    return url
+
+
 def _origin(url: httpx.URL) -> tuple[str, str, int]:
     return (url.scheme, url.host, url.port or DEFAULT_PORTS[url.scheme])
 
 
 def _describe(url: httpx.URL) -> str:
-    # Without query and credentials: those may carry tokens we cannot recognise.
-    return str(url.copy_with(query=None, fragment=None))
-
-
-class _NoCookies(httpx.Cookies):
-    """A jar that refuses every cookie: fetches share no state through the client."""
-
-    def __init__(self) -> None:
-        from http.cookiejar import CookieJar, DefaultCookiePolicy
-
-        super().__init__(CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])))
+    # Without the query: it may carry tokens we cannot recognise.
+    return f"{url.scheme}://{url.netloc.decode('ascii')}{url.path}"

@@ -232,7 +232,7 @@ class _MapRun:
             cleanup_timeout=self.limits.cleanup_timeout,
             on_commit=self._on_commit,
         )
-        self.last_progress = 0.0
+        self.progress_dirty = False
 
     # -- the whole map ------------------------------------------------------
     async def run(self) -> MapResult:
@@ -241,6 +241,7 @@ class _MapRun:
         error: Exception | None = None
         async with open_nursery() as nursery:
             await nursery.start(self.writer.run)
+            nursery.start_soon(self._report_progress)
             try:
                 await self._run_pages(source)
             except Exception as exc:
@@ -248,6 +249,7 @@ class _MapRun:
             finally:
                 self.writer.close_input()
             await self.writer.finished.wait()
+            nursery.cancel_scope.cancel()
         if error is not None:
             raise error
         latch = self.ctx.latch
@@ -255,7 +257,7 @@ class _MapRun:
             raise PersistenceLatchTripped(
                 f"dataset {self.name!r}: a completion could not be recorded ({latch})"
             ) from latch
-        self._progress(final=True)
+        self.ctx.emit("map.progress", self._counts())
         self.ctx.emit("map.finished", self._counts())
         return self.result
 
@@ -279,6 +281,10 @@ class _MapRun:
     async def _run_pages(self, rows: Iterator[Any]) -> None:
         page_slots = trio.Semaphore(_PAGES_IN_FLIGHT)
         position = 0
+        # A page starts its rows only once the page before it has started all
+        # of its own: pages overlap in their tails, never compete for rows.
+        previous_spawned = trio.Event()
+        previous_spawned.set()
         async with open_nursery() as pages:
             while True:
                 chunk = list(itertools.islice(rows, self.page_size))
@@ -288,7 +294,11 @@ class _MapRun:
                 offset = position
                 position += len(chunk)
                 planned = await self._plan_page(chunk, offset)
-                pages.start_soon(self._run_page, planned, offset, page_slots)
+                spawned = trio.Event()
+                pages.start_soon(
+                    self._run_page, planned, offset, page_slots, previous_spawned, spawned
+                )
+                previous_spawned = spawned
                 await trio.lowlevel.checkpoint()
 
     async def _plan_page(
@@ -342,9 +352,15 @@ class _MapRun:
 
     # -- one page -----------------------------------------------------------
     async def _run_page(
-        self, planned: list[tuple[int, str, dict[str, Any]]], offset: int, slots: trio.Semaphore
+        self,
+        planned: list[tuple[int, str, dict[str, Any]]],
+        offset: int,
+        slots: trio.Semaphore,
+        previous_spawned: trio.Event,
+        spawned: trio.Event,
     ) -> None:
         try:
+            await previous_spawned.wait()
             observer = MapStallObserver(
                 map_name=self.name,
                 page_offset=offset,
@@ -363,6 +379,7 @@ class _MapRun:
                         page.outstanding += 1
                         rows.start_soon(self._run_row, page, position, key, data, token)
                     page.spawning_done = True
+                    spawned.set()
                     if page.outstanding == 0:
                         page.settled.set()
                 await page.settled.wait()
@@ -450,7 +467,7 @@ class _MapRun:
             page: _Page = item.page
             page.observer.terminal_committed(item.token)
             page.row_settled()
-        self._progress()
+        self.progress_dirty = True
 
     def _drop_retained(self) -> None:
         self.result._retained = None
@@ -476,12 +493,13 @@ class _MapRun:
             "total": self.total,
         }
 
-    def _progress(self, *, final: bool = False) -> None:
-        now = trio.current_time()
-        if not final and now - self.last_progress < self.limits.progress_flush_interval:
-            return
-        self.last_progress = now
-        self.ctx.emit("map.progress", self._counts())
+    async def _report_progress(self) -> None:
+        """Emit ``map.progress`` every ``progress_flush_interval`` while counts change."""
+        while True:
+            await trio.sleep(self.limits.progress_flush_interval)
+            if self.progress_dirty:
+                self.progress_dirty = False
+                self.ctx.emit("map.progress", self._counts())
 
 
 def _not_serialisable(

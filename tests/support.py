@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 import trio
+
 import trioplay
 
 
@@ -45,3 +46,43 @@ def leads(n: int) -> list[dict[str, str]]:
 
 async def find_email(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
     return (await rc.tool("finder", {"domain": row["domain"]}))["email"]
+
+
+class LocalHttpServer:
+    """A tiny HTTP/1.1 server on 127.0.0.1 (port 0) that counts requests.
+
+    Every request gets ``200`` with a JSON body naming its path; the test reads
+    ``requests`` (method, path) afterwards.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str]] = []
+        self.port = 0
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, rest = data.partition(b"\r\n\r\n")
+            method, path = head.split(b"\r\n")[0].decode().split(" ")[:2]
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "content-length":
+                    while len(rest) < int(value):
+                        rest += await stream.receive_some(65536)
+            self.requests.append((method, path))
+            body = ('{"path": "%s"}' % path).encode()
+            await stream.send_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            )

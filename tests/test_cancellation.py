@@ -1,0 +1,117 @@
+"""Acceptance: cancelling a run stops all of it, promptly, and loses no commit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import trioplay
+from trioplay.stores.memory import MemoryStore
+
+from .support import registry
+
+
+def runtime_tasks() -> set[trio.lowlevel.Task]:
+    """Every task now alive under the root task."""
+    seen: set[trio.lowlevel.Task] = set()
+    stack = [trio.lowlevel.current_root_task()]
+    while stack:
+        task = stack.pop()
+        if task is None or task in seen:
+            continue
+        seen.add(task)
+        for nursery in task.child_nurseries:
+            stack.extend(nursery.child_tasks)
+    return seen
+
+
+class HangAfter:
+    """Answers the first ``n`` distinct rows at once, hangs on the rest."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.active = 0
+
+    async def __call__(self, input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        self.active += 1
+        try:
+            if int(input["id"]) >= self.n:
+                await trio.sleep_forever()
+            return {"ok": input["id"]}
+        finally:
+            self.active -= 1
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+async def test_cancelled_run_returns_fast_and_leaves_nothing(
+    store_kind: str, tmp_path: Path
+) -> None:
+    store: Any = MemoryStore() if store_kind == "memory" else f"sqlite:///{tmp_path}/c.db"
+    tool = HangAfter(300)
+    reported: list[int] = []
+
+    def on_event(event: trioplay.RuntimeEvent) -> None:
+        if event.type == "map.progress":
+            reported.append(event.data["completed"])
+
+    async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+        return await rc.tool("t", {"id": row["id"]})
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        rows = ({"id": str(i)} for i in range(10_000))
+        return await ctx.dataset("s", rows).with_column("x", resolver).run(key="id")
+
+    limits = trioplay.Limits(progress_flush_interval=0.01, writer_max_flush=0.02)
+    async with trioplay.open_runtime(
+        store=store, tools=registry(t=tool), limits=limits, on_event=on_event
+    ) as rt:
+        before = runtime_tasks()
+        cancelled_at = 0.0
+        async with trio.open_nursery() as nursery:
+            scope = trio.CancelScope()
+
+            async def run() -> None:
+                with scope:
+                    await rt.run(play, {}, run_id="r")
+
+            nursery.start_soon(run)
+            while not reported or reported[-1] < 300:
+                await trio.sleep(0.01)
+            await trio.sleep(0.2)  # the hung calls are in flight now
+            assert tool.active > 0
+            cancelled_at = time.monotonic()
+            scope.cancel()
+        elapsed = time.monotonic() - cancelled_at
+        assert elapsed < 1.0
+        assert scope.cancelled_caught
+        assert tool.active == 0
+        assert runtime_tasks() == before
+        status = await rt.store.get_run("r")
+        assert status is not None and status.status == "cancelled"
+        counts = await rt.store.count_rows("r", "s")
+        # Every row reported committed is in the sheet.
+        assert counts.get("completed", 0) >= max(reported) == 300
+        # The cancelled attempt released its leases: a rerun claims at once.
+        held = await rt.store.count_receipts("r")
+        assert held.get("running", 0) == 0
+
+
+async def test_cancelled_runtime_closes_the_sqlite_thread(tmp_path: Path) -> None:
+    import threading
+
+    threads = set(threading.enumerate())
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        await trio.sleep_forever()
+
+    with trio.move_on_after(0.2):
+        async with trioplay.open_runtime(store=f"sqlite:///{tmp_path}/t.db") as rt:
+            await rt.run(play, {})
+    await trio.sleep(0.05)
+    assert {t for t in threading.enumerate() if t.is_alive()} - threads == set()

@@ -1,0 +1,558 @@
+"""What may leave the process: egress rules and secrets.
+
+Every non-public destination is refused before any connection is attempted:
+the transport and resolver doubles below record every attempt, and the tests
+check there was none. A "public" destination is a fake resolver answer served
+by an in-memory transport; nothing here reaches the internet.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, ip_address
+
+import httpx
+import pytest
+import trio
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from trioplay import FetchError, FetchTimeouts, Limits, UnsafeOutboundUrl
+from trioplay._egress import PinnedTransport, inet_aton, parse_ip_host
+from trioplay._fetch import REDACTED, Fetcher, Secret, request_identity
+
+PUBLIC_IP = "93.184.216.34"
+
+Reply = Callable[[httpx.Request], httpx.Response]
+
+
+class Recorder(httpx.AsyncBaseTransport):
+    """An in-memory server that records every request it is asked to send."""
+
+    def __init__(self, reply: Reply | None = None) -> None:
+        self.reply = reply or (lambda request: httpx.Response(200, text="ok"))
+        self.requests: list[httpx.Request] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return self.reply(request)
+
+
+class Resolver:
+    """A DNS double: fixed answers per name (public by default), every lookup recorded."""
+
+    def __init__(self, answers: Mapping[str, list[str]] | None = None) -> None:
+        self.answers = dict(answers or {})
+        self.lookups: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.lookups.append(host)
+        return self.answers.get(host, [PUBLIC_IP])
+
+
+def fetcher(
+    transport: httpx.AsyncBaseTransport,
+    resolver: Resolver | None = None,
+    allow_networks: list[str] | None = None,
+) -> Fetcher:
+    return Fetcher(
+        timeouts=FetchTimeouts(),
+        limits=Limits(),
+        allow_networks=allow_networks or [],
+        transport=transport,
+        resolve=resolver or Resolver(),
+    )
+
+
+async def assert_refused(url: str, resolver: Resolver | None = None) -> UnsafeOutboundUrl:
+    transport, resolver = Recorder(), resolver or Resolver()
+    async with fetcher(transport, resolver) as f:
+        with pytest.raises(UnsafeOutboundUrl) as caught:
+            await f.fetch(url)
+    assert transport.requests == []
+    return caught.value
+
+
+# -- numeric hosts, read as a C resolver reads them --------------------------
+
+UNSAFE_URLS = [
+    "http://127.0.0.1/",
+    "http://10.1.2.3/",
+    "http://172.16.0.1/",
+    "http://192.168.1.1/",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://100.64.0.1/",
+    "http://100.100.100.200/",  # Alibaba Cloud metadata, in CGNAT space
+    "http://0.0.0.0/",
+    "http://224.0.0.1/",
+    "http://240.0.0.1/",
+    "http://255.255.255.255/",
+    "http://192.0.2.1/",
+    "http://2130706433/",
+    "http://0x7f000001/",
+    "http://0x7f.1/",
+    "http://0x7F.0.0.1/",
+    "http://127.1/",
+    "http://0/",
+    "http://012.0x1.2.3/",
+    "http://127.0.0.1./",
+    "http://[::1]/",
+    "http://[::]/",
+    "http://[0:0:0:0:0:0:0:1]/",
+    "http://[::ffff:127.0.0.1]/",
+    "http://[::ffff:7f00:1]/",
+    "http://[::ffff:169.254.169.254]/",
+    "http://[::127.0.0.1]/",
+    "http://[::8.8.8.8]/",
+    "http://[::ffff:0:a00:1]/",
+    "http://[64:ff9b::a00:1]/",
+    "http://[64:ff9b::127.0.0.1]/",
+    "http://[64:ff9b:1::1]/",
+    "http://[2002:7f00:1::]/",
+    "http://[2002:a9fe:a9fe::1]/",
+    "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+    "http://[fe80::1]/",
+    "http://[fe80::1%25eth0]/",
+    "http://[fc00::1]/",
+    "http://[fd00:ec2::254]/",  # AWS IPv6 metadata
+    "http://[fec0::1]/",
+    "http://[ff02::1]/",
+    "http://[2001:db8::1]/",
+]
+
+
+@pytest.mark.parametrize("url", UNSAFE_URLS)
+async def test_non_public_numeric_hosts_are_refused_without_lookup_or_connection(
+    url: str,
+) -> None:
+    resolver = Resolver()
+    await assert_refused(url, resolver)
+    assert resolver.lookups == []
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("2130706433", "127.0.0.1"),
+        ("0177.0.0.1", "127.0.0.1"),
+        ("0x7f.1", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+        ("10.0x10203", "10.1.2.3"),
+        ("0xa.0.010.0x1", "10.0.8.1"),
+        ("127.0.0.1.", "127.0.0.1"),
+        ("[fe80::1%25eth0]", "fe80::1%eth0"),
+        ("example.com", None),
+        ("1.2.3.4.5", None),
+        ("08.1.2.3", None),
+        ("0x", None),
+        ("256.1.1.1", None),
+        ("1.16777216", None),
+    ],
+)
+def test_numeric_hosts_parse_like_inet_aton(host: str, address: str | None) -> None:
+    expected = None if address is None else ip_address(address)
+    assert parse_ip_host(host) == expected
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="compares with glibc's inet_aton")
+@given(st.text(alphabet="0123456789abcdefxX.", max_size=24))
+@example("0x.1")
+@example("00x1")
+@example("4294967295")
+@example("4294967296")
+def test_inet_aton_agrees_with_the_c_library(text: str) -> None:
+    try:
+        expected: IPv4Address | None = IPv4Address(socket.inet_aton(text))
+    except OSError:
+        expected = None
+    assert inet_aton(text) == expected
+
+
+UNSAFE_V4_BLOCKS = [
+    IPv4Network(block)
+    for block in (
+        "127.0.0.0/8",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "169.254.0.0/16",
+        "100.64.0.0/10",
+        "0.0.0.0/8",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+    )
+]
+
+
+@st.composite
+def unsafe_ipv4(draw: st.DrawFn) -> IPv4Address:
+    block = draw(st.sampled_from(UNSAFE_V4_BLOCKS))
+    return block[draw(st.integers(0, block.num_addresses - 1))]
+
+
+@st.composite
+def c_number(draw: st.DrawFn, value: int) -> str:
+    """``value`` in one of the spellings strtoul(base 0) reads."""
+    padding = "0" * draw(st.integers(0, 3))
+    base = draw(st.sampled_from(["dec", "oct", "hex"]))
+    if base == "dec":
+        return str(value)
+    if base == "oct":
+        return "0" + padding + format(value, "o")
+    digits = format(value, "x")
+    digits = "".join(draw(st.sampled_from([c.lower(), c.upper()])) for c in digits)
+    return draw(st.sampled_from(["0x", "0X"])) + padding + digits
+
+
+@st.composite
+def ipv4_spelling(draw: st.DrawFn) -> str:
+    """An inet_aton spelling of an unsafe address: 1-4 parts, mixed bases, maybe a final dot."""
+    number = int(draw(unsafe_ipv4()))
+    parts = draw(st.integers(1, 4))
+    leading = [(number >> (24 - 8 * index)) & 0xFF for index in range(parts - 1)]
+    last = number & ((1 << (8 * (5 - parts))) - 1)
+    spelled = [draw(c_number(value)) for value in [*leading, last]]
+    return ".".join(spelled) + draw(st.sampled_from(["", "."]))
+
+
+UNSAFE_V6_BLOCKS = ["::1/128", "fe80::/10", "fc00::/7", "ff00::/8", "2001::/32", "fec0::/10"]
+
+
+@st.composite
+def ipv6_spelling(draw: st.DrawFn) -> str:
+    """An IPv6 host that is, or smuggles, a non-public address, in varied spellings."""
+    v4 = draw(unsafe_ipv4())
+    high, low = int(v4) >> 16, int(v4) & 0xFFFF
+    form = draw(st.sampled_from(["mapped", "mapped-hex", "compat", "nat64", "6to4", "native"]))
+    if form == "mapped":
+        text = f"::ffff:{v4}"
+    elif form == "mapped-hex":
+        text = f"0:0:0:0:0:ffff:{high:x}:{low:x}"
+    elif form == "compat":
+        text = f"::{v4}"
+    elif form == "nat64":
+        text = f"64:ff9b::{v4}"
+    elif form == "6to4":
+        text = f"2002:{high:x}:{low:x}::{draw(st.integers(0, 0xFFFF)):x}"
+    else:
+        block = draw(st.sampled_from(UNSAFE_V6_BLOCKS))
+        network = ip_address(block.split("/")[0])
+        size = 128 - int(block.split("/")[1])
+        text = str(IPv6Address(int(network) | draw(st.integers(0, (1 << size) - 1))))
+    address = IPv6Address(text)
+    text = draw(st.sampled_from([text, address.compressed, address.exploded]))
+    text = "".join(draw(st.sampled_from([c.lower(), c.upper()])) for c in text)
+    zone = draw(st.sampled_from(["", "%25eth0", "%251"])) if address.is_link_local else ""
+    return f"[{text}{zone}]"
+
+
+@given(host=st.one_of(ipv4_spelling(), ipv6_spelling()), port=st.sampled_from(["", ":8080"]))
+async def test_spellings_of_non_public_addresses_are_refused(host: str, port: str) -> None:
+    transport, resolver = Recorder(), Resolver()
+    async with fetcher(transport, resolver) as f:
+        with pytest.raises(FetchError) as caught:
+            await f.fetch(f"http://{host}{port}/")
+    # httpx itself rejects some spellings (dotted quads with leading zeros).
+    assert isinstance(caught.value, UnsafeOutboundUrl) or "invalid URL" in str(caught.value)
+    assert transport.requests == []
+    assert resolver.lookups == []
+
+
+# -- names, redirects and allow_networks -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [["10.0.0.7"], ["127.0.0.1"], ["169.254.169.254"], ["::1"], [PUBLIC_IP, "192.168.0.5"]],
+)
+async def test_a_name_resolving_to_a_non_public_address_is_refused(answers: list[str]) -> None:
+    resolver = Resolver({"internal.example.test": answers})
+    error = await assert_refused("https://internal.example.test/", resolver)
+    assert resolver.lookups == ["internal.example.test"]
+    assert "internal.example.test" in str(error)
+
+
+async def test_a_resolver_answer_that_is_not_an_address_is_refused() -> None:
+    await assert_refused("https://odd.example.test/", Resolver({"odd.example.test": ["nope"]}))
+
+
+async def test_a_public_name_is_resolved_once_per_hop_even_across_retries() -> None:
+    calls = 0
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise httpx.ConnectError("refused")
+        return httpx.Response(200, text="ok")
+
+    transport, resolver = Recorder(flaky), Resolver()
+    async with fetcher(transport, resolver) as f:
+        response = await f.fetch("https://api.example.test/")
+    assert response.ok
+    assert resolver.lookups == ["api.example.test"]
+    assert len(transport.requests) == 3
+
+
+@pytest.mark.parametrize("location", ["http://10.0.0.1/admin", "https://internal.example.test/"])
+async def test_a_redirect_to_a_non_public_address_is_refused(location: str) -> None:
+    transport = Recorder(lambda request: httpx.Response(302, headers={"location": location}))
+    resolver = Resolver({"internal.example.test": ["10.9.8.7"]})
+    async with fetcher(transport, resolver) as f:
+        with pytest.raises(UnsafeOutboundUrl):
+            await f.fetch("https://api.example.test/start")
+    assert [str(request.url) for request in transport.requests] == [
+        "https://api.example.test/start"
+    ]
+
+
+async def test_redirects_stop_after_ten_hops() -> None:
+    def loop(request: httpx.Request) -> httpx.Response:
+        hop = int(request.url.params.get("hop", "0"))
+        return httpx.Response(302, headers={"location": f"/loop?hop={hop + 1}"})
+
+    transport = Recorder(loop)
+    async with fetcher(transport) as f:
+        with pytest.raises(FetchError, match="more than 10 redirects"):
+            await f.fetch("https://api.example.test/loop")
+    assert len(transport.requests) == 11
+
+
+@pytest.mark.parametrize(
+    ("status", "method", "has_body"),
+    [(303, "GET", False), (302, "GET", False), (307, "POST", True)],
+)
+async def test_redirects_resend_or_drop_the_body_as_browsers_do(
+    status: int, method: str, has_body: bool
+) -> None:
+    def redirect_once(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/form":
+            return httpx.Response(status, headers={"location": "/result"})
+        return httpx.Response(200, text="done")
+
+    transport = Recorder(redirect_once)
+    async with fetcher(transport) as f:
+        await f.fetch("https://api.example.test/form", method="POST", json={"a": 1})
+    final = transport.requests[-1]
+    assert final.method == method
+    assert (final.content == b'{"a":1}', "content-type" in final.headers) == (has_body, has_body)
+
+
+async def test_fetches_share_no_cookies() -> None:
+    transport = Recorder(lambda request: httpx.Response(200, headers={"set-cookie": "s=1; Path=/"}))
+    async with fetcher(transport) as f:
+        await f.fetch("https://api.example.test/login")
+        await f.fetch("https://api.example.test/next")
+    assert "cookie" not in transport.requests[1].headers
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("http://10.1.2.3/", True),
+        ("http://10.1.255.255/", True),
+        ("http://[::ffff:10.1.0.9]/", True),
+        ("http://10.2.0.1/", False),
+        ("http://127.0.0.1/", False),
+        ("http://192.168.1.1/", False),
+        ("http://[fd00::1]/", False),
+    ],
+)
+async def test_allow_networks_opens_only_its_block(url: str, allowed: bool) -> None:
+    transport = Recorder()
+    async with fetcher(transport, allow_networks=["10.1.0.0/16"]) as f:
+        if allowed:
+            assert (await f.fetch(url)).ok
+        else:
+            with pytest.raises(UnsafeOutboundUrl):
+                await f.fetch(url)
+    assert len(transport.requests) == int(allowed)
+
+
+@pytest.mark.parametrize("url", ["ftp://example.test/file", "file:///etc/passwd"])
+async def test_only_http_and_https_are_reachable(url: str) -> None:
+    await assert_refused(url)
+
+
+async def test_credentials_in_the_url_are_refused() -> None:
+    transport = Recorder()
+    async with fetcher(transport) as f:
+        with pytest.raises(FetchError, match=r"auth=trioplay\.Secret"):
+            await f.fetch("https://user:hunter2@api.example.test/")
+    assert transport.requests == []
+
+
+# -- the default transport connects to the vetted address ------------------
+
+
+@asynccontextmanager
+async def local_server(seen: list[bytes]) -> AsyncIterator[int]:
+    async def handle(stream: trio.SocketStream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some()
+        seen.append(data)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi")
+
+    async with trio.open_nursery() as nursery:
+        serve = functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1")
+        listeners = await nursery.start(serve)
+        yield listeners[0].socket.getsockname()[1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_pinned_transport_connects_to_the_vetted_address_and_keeps_the_host() -> None:
+    seen: list[bytes] = []
+    resolver = Resolver({"service.example.test": ["127.0.0.1"]})
+    async with (
+        local_server(seen) as port,
+        Fetcher(
+            timeouts=FetchTimeouts(),
+            limits=Limits(),
+            allow_networks=["127.0.0.0/8"],
+            resolve=resolver,
+        ) as f,
+    ):
+        response = await f.fetch(f"http://service.example.test:{port}/x")
+    assert response.text == "hi"
+    assert f"host: service.example.test:{port}".encode() in seen[0].lower()
+    assert resolver.lookups == ["service.example.test"]
+
+
+async def test_pinned_transport_refuses_a_connection_nobody_vetted() -> None:
+    async with PinnedTransport() as transport:
+        with pytest.raises(UnsafeOutboundUrl, match="no vetted address"):
+            await transport.handle_async_request(httpx.Request("GET", "http://127.0.0.1:9/"))
+
+
+# -- secrets ----------------------------------------------------------------
+
+TOKEN = "tok-5f1c2e9a-secret"
+API_KEY = "key-77d0b3-secret"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"auth": Secret(TOKEN)}, {"headers": {"X-Api-Key": Secret(API_KEY)}}],
+)
+async def test_a_secret_over_plain_http_is_refused_before_connecting(
+    options: dict[str, object],
+) -> None:
+    transport, resolver = Recorder(), Resolver()
+    async with fetcher(transport, resolver) as f:
+        with pytest.raises(FetchError, match="https") as caught:
+            await f.fetch("http://api.example.test/", **options)  # type: ignore[arg-type]
+    assert TOKEN not in str(caught.value)
+    assert API_KEY not in str(caught.value)
+    assert transport.requests == []
+    assert resolver.lookups == []
+
+
+def echo(request: httpx.Request) -> httpx.Response:
+    """A server that echoes the credentials it got, the way debugging endpoints do."""
+    received = {"authorization": request.headers.get("authorization"), "key": TOKEN}
+    return httpx.Response(
+        200,
+        headers={"x-echo": request.headers.get("x-api-key", "")},
+        json=received,
+    )
+
+
+async def test_secrets_reach_the_server_but_not_the_response_record() -> None:
+    transport = Recorder(echo)
+    async with fetcher(transport) as f:
+        response = await f.fetch(
+            "https://api.example.test/whoami",
+            auth=Secret(TOKEN),
+            headers={"X-Api-Key": Secret(API_KEY)},
+        )
+        assert f.redact(f"log line with {TOKEN} and {API_KEY}") == (
+            f"log line with {REDACTED} and {REDACTED}"
+        )
+    sent = transport.requests[0].headers
+    assert (sent["authorization"], sent["x-api-key"]) == (f"Bearer {TOKEN}", API_KEY)
+    stored = json.dumps(response.to_record())
+    assert TOKEN not in stored
+    assert API_KEY not in stored
+    assert response.json == {"authorization": f"Bearer {REDACTED}", "key": REDACTED}
+    assert response.header("X-Echo") == REDACTED
+
+
+async def test_secrets_do_not_appear_in_error_messages() -> None:
+    def leaky(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"refused while sending {request.headers['authorization']}")
+
+    async with fetcher(Recorder(leaky)) as f:
+        with pytest.raises(FetchError) as caught:
+            await f.fetch("https://api.example.test/", auth=Secret(TOKEN))
+    assert TOKEN not in str(caught.value)
+    assert REDACTED in str(caught.value)
+
+
+def test_request_identity_is_stable_and_holds_no_secret() -> None:
+    def identity(token: str, body: dict[str, int]) -> dict[str, object]:
+        return request_identity(
+            "https://API.example.test/v1?q=1",
+            method="post",
+            headers={"X-Api-Key": Secret(API_KEY), "Accept": "application/json"},
+            json=body,
+            auth=Secret(token),
+        )
+
+    first = identity(TOKEN, {"a": 1, "b": 2})
+    assert TOKEN not in json.dumps(first)
+    assert API_KEY not in json.dumps(first)
+    assert first == identity("another-token", {"b": 2, "a": 1})
+    assert first["method"] == "POST"
+    assert first["url"] == "https://api.example.test/v1?q=1"
+    assert ["authorization", "[SECRET]"] in first["headers"]  # type: ignore[operator]
+    assert first != identity(TOKEN, {"a": 1, "b": 3})
+
+
+async def test_fetcher_request_identity_teaches_redact_the_secrets() -> None:
+    async with fetcher(Recorder()) as f:
+        f.request_identity("https://api.example.test/", auth=Secret(TOKEN))
+        assert f.redact(TOKEN) == REDACTED
+
+
+def test_secret_never_shows_its_value() -> None:
+    secret = Secret(TOKEN)
+    assert TOKEN not in repr(secret)
+    assert TOKEN not in str(secret)
+    assert TOKEN not in repr({"auth": secret})
+    with pytest.raises(ValueError, match="control characters") as caught:
+        Secret("bad\nvalue")
+    assert "bad" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("location", "keeps_secrets"),
+    [
+        ("/next", True),
+        ("https://other.example.test/next", False),
+        ("http://api.example.test/", False),
+    ],
+)
+async def test_secrets_follow_redirects_only_within_the_origin(
+    location: str, keeps_secrets: bool
+) -> None:
+    def redirect_once(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/start":
+            return httpx.Response(307, headers={"location": location})
+        return httpx.Response(200, text="done")
+
+    transport = Recorder(redirect_once)
+    async with fetcher(transport) as f:
+        await f.fetch(
+            "https://api.example.test/start",
+            auth=Secret(TOKEN),
+            headers={"X-Api-Key": Secret(API_KEY), "Accept": "text/plain"},
+        )
+    final = transport.requests[-1].headers
+    assert ("authorization" in final, "x-api-key" in final) == (keeps_secrets, keeps_secrets)
+    assert final["accept"] == "text/plain"

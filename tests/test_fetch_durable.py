@@ -1,0 +1,166 @@
+"""ctx.fetch through receipts: replay on rerun, secrets never stored, stall phase."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+import trioplay
+from trioplay.stores.memory import MemoryStore
+
+from .support import LocalHttpServer
+
+LOCAL = ["127.0.0.0/8"]
+
+
+async def test_rerun_replays_fetches_without_a_second_request(tmp_path: Path) -> None:
+    server = LocalHttpServer()
+    store = f"sqlite:///{tmp_path}/f.db"
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def fetch_row(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            response = await rc.fetch(f"http://127.0.0.1:{server.port}/row/{row['id']}")
+            return response.json["path"]
+
+        result = await (
+            ctx.dataset("s", [{"id": str(i)} for i in range(10)])
+            .with_column("path", fetch_row)
+            .run(key="id")
+        )
+        done = await ctx.fetch(
+            f"http://127.0.0.1:{server.port}/done",
+            method="POST",
+            json={"n": result.completed_count + result.skipped_count},
+        )
+        return {"status": done.status, "ok": done.ok, "rows": result.completed_count}
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        for attempt in range(2):
+            async with trioplay.open_runtime(store=store, allow_networks=LOCAL) as rt:
+                output = await rt.run(play, {}, run_id="r")
+                assert rt.last_stats is not None
+                assert rt.last_stats.fetches == (11 if attempt == 0 else 0)
+            assert output == {"status": 200, "ok": True, "rows": 10 if attempt == 0 else 0}
+        nursery.cancel_scope.cancel()
+    assert sorted(server.requests) == sorted(
+        [("POST", "/done"), *[("GET", f"/row/{i}") for i in range(10)]]
+    )
+
+
+async def test_force_fetches_again() -> None:
+    server = LocalHttpServer()
+    store = MemoryStore()
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, force: bool) -> Any:
+        return (await ctx.fetch(f"http://127.0.0.1:{server.port}/x", force=force)).status
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        async with trioplay.open_runtime(store=store, allow_networks=LOCAL) as rt:
+            await rt.run(play, False, run_id="r")
+            await rt.run(play, False, run_id="r")
+            await rt.run(play, True, run_id="r")
+        nursery.cancel_scope.cancel()
+    assert len(server.requests) == 2
+
+
+async def test_unsafe_destination_is_refused_and_not_recorded() -> None:
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.fetch("http://169.254.169.254/latest/meta-data/")
+
+    store = MemoryStore()
+    for _ in range(2):
+        async with trioplay.open_runtime(store=store) as rt:
+            with pytest.raises(trioplay.UnsafeOutboundUrl):
+                await rt.run(play, {}, run_id="r")
+    assert (await store.count_receipts("r")).get("completed", 0) == 0
+
+
+async def test_a_secret_appears_nowhere_after_a_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "sk-live-7b1e0c55d2a94f8f"
+    seen: list[str] = []
+    events: list[trioplay.RuntimeEvent] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["authorization"])
+        # A careless server echoing the credential back.
+        return httpx.Response(200, json={"echo": request.headers["authorization"]})
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def call(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            response = await rc.fetch(
+                f"https://127.0.0.1:8443/lookup/{row['id']}",
+                method="POST",
+                auth=trioplay.Secret(secret),
+                json={"id": row["id"]},
+            )
+            rc.log(f"lookup answered {response.text}")
+            return response.json
+
+        result = await ctx.dataset("s", [{"id": "1"}, {"id": "2"}]).with_column("r", call).run()
+        return {"n": result.completed_count, "preview": result.preview}
+
+    db = tmp_path / "secret.db"
+    async with trioplay.open_runtime(
+        store=f"sqlite:///{db}",
+        allow_networks=LOCAL,
+        http_transport=httpx.MockTransport(handler),
+        on_event=events.append,
+    ) as rt:
+        output = await rt.run(play, {}, run_id="r")
+    assert seen == [f"Bearer {secret}"] * 2
+    assert output["n"] == 2
+    files = [p for p in tmp_path.iterdir() if p.name.startswith("secret.db")]
+    stored = b"".join(p.read_bytes() for p in files)
+    assert b"[REDACTED]" in stored
+    assert secret.encode() not in stored
+    assert secret not in caplog.text
+    assert all(secret not in repr(event) for event in events)
+    assert secret not in repr(output)
+
+
+@pytest.mark.deadline(1000)
+async def test_a_row_waiting_in_fetch_is_reported_in_phase_fetch(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="trioplay.stall")
+
+    async def slow_handler(request: httpx.Request) -> httpx.Response:
+        await trio.sleep(100)
+        return httpx.Response(200, text="late")
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def call(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return (await rc.fetch("http://127.0.0.1/slow")).text
+
+        return await ctx.dataset("s", [{"id": "1"}]).with_column("r", call).run()
+
+    reports: list[dict[str, Any]] = []
+    async with trioplay.open_runtime(
+        store=MemoryStore(),
+        allow_networks=LOCAL,
+        http_transport=httpx.MockTransport(slow_handler),
+        limits=trioplay.Limits(stall_log_interval=60),
+        fetch_timeouts=trioplay.FetchTimeouts(headers=500, body=500, total=500),
+        on_event=lambda e: reports.append(e.data) if e.type == "map.stall" else None,
+    ) as rt:
+        result = await rt.run(play, {}, run_id="r")
+    assert result.completed_count == 1
+    assert len(reports) == 1
+    assert reports[0]["fetch_active"] == 1
+    assert reports[0]["oldest_phase"] == "fetch"
+    assert reports[0]["oldest_fetch_ms"] == pytest.approx(60_000, abs=50)
