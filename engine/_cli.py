@@ -116,6 +116,7 @@ example:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; each command sets ``command`` to its handler."""
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: a subcommand's default must not undo a --debug given before it.
     common.add_argument(

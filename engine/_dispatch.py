@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -61,7 +61,7 @@ from ._records import (
     Receipt,
     Settled,
 )
-from ._tools import FetchFunction, ToolCall, ToolRegistry, ToolSpec
+from ._tools import BatchFunction, FetchFunction, ToolCall, ToolRegistry, ToolSpec
 
 if TYPE_CHECKING:
     from ._governor import Governor, ProviderGate
@@ -93,6 +93,7 @@ class _Call:
         "execute",
         "force",
         "gate",
+        "input",
         "key",
         "kind",
         "name",
@@ -115,6 +116,7 @@ class _Call:
         execute: Execute,
         gate: ProviderGate | None,
         kind: str,
+        input: Any = None,
         size: int = 0,
         force: bool = False,
         stale_after: float | None = None,
@@ -127,7 +129,8 @@ class _Call:
         self.key = key
         self.execute = execute
         self.gate = gate
-        self.kind = kind  # "provider", "fetch" or "local": which gates apply
+        self.kind = kind
+        self.input = input  # "provider", "fetch" or "local": which gates apply
         self.size = size
         self.force = force
         self.stale_after = stale_after
@@ -150,15 +153,20 @@ class _Settler:
         self._pending: list[tuple[Completion | Failure | Lease, _Waiter]] = []
         self._wakeup = trio.Event()
 
-    async def settle(self, item: Completion | Failure | Lease) -> bool:
-        """Write ``item`` with the next batch; ``False`` if its lease was not ours."""
-        waiter = _Waiter()
-        self._pending.append((item, waiter))
+    async def settle_many(
+        self, items: Sequence[Completion | Failure | Lease]
+    ) -> list[bool | BaseException]:
+        """Write ``items`` with the next batch.
+
+        Per item: ``True`` if written, ``False`` if its lease was not ours, or
+        the store's error.
+        """
+        waiters = [_Waiter() for _ in items]
+        self._pending.extend(zip(items, waiters, strict=True))
         self._wakeup.set()
-        await waiter.event.wait()
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.ok
+        for waiter in waiters:
+            await waiter.event.wait()
+        return [waiter.error if waiter.error is not None else waiter.ok for waiter in waiters]
 
     async def run(self) -> None:
         try:
@@ -251,11 +259,27 @@ class _Lane:
             self._wakeup.set()
         self._queue.append(call)
         self._bytes += call.size
-        if len(self._queue) >= self._max or self._bytes >= self._max_bytes:
+        if self._full():
             self._wakeup.set()
 
     def _full(self) -> bool:
         return len(self._queue) >= self._max or self._bytes >= self._max_bytes
+
+    def _take(self) -> list[_Call]:
+        """The next batch: at most ``tool_batch_max`` calls and (but for one) the byte cap."""
+        taken = 0
+        size = 0
+        for call in self._queue:
+            if taken >= self._max or (taken and size + call.size > self._max_bytes):
+                break
+            taken += 1
+            size += call.size
+        batch, self._queue = self._queue[:taken], self._queue[taken:]
+        self._bytes -= size
+        if self._queue:
+            # The rest waits a window of its own, starting now.
+            self._first_at = trio.current_time()
+        return batch
 
     async def run(self) -> None:
         while True:
@@ -268,8 +292,7 @@ class _Lane:
                     while not self._full():
                         await self._wakeup.wait()
                         self._wakeup = trio.Event()
-            batch, self._queue, self._bytes = self._queue, [], 0
-            self._dispatcher.spawn(self._dispatcher.process, batch)
+            self._dispatcher.spawn(self._dispatcher.process, self._take(), self._spec)
             if self._queue:
                 self._wakeup.set()
 
@@ -355,6 +378,7 @@ class Dispatcher:
             execute=_tool_executor(spec, input),
             gate=gate,
             kind="provider",
+            input=input,
             size=len(text),
             force=force,
             stale_after=stale_after,
@@ -429,7 +453,9 @@ class Dispatcher:
         call.done.set()
 
     # -- a batch ------------------------------------------------------------
-    async def process(self, calls: list[_Call], *, inline: bool = False) -> None:
+    async def process(
+        self, calls: list[_Call], spec: ToolSpec | None = None, *, inline: bool = False
+    ) -> None:
         """Claim ``calls`` in one store call and act on each outcome."""
         requests = [
             ClaimRequest(
@@ -448,27 +474,43 @@ class Dispatcher:
             for call in calls:
                 self._deliver(call, error=exc)
             return
-        await self._act(calls, outcomes, inline=inline)
+        await self._act(calls, outcomes, inline=inline, spec=spec)
 
     async def _claim(self, requests: list[ClaimRequest]) -> list[ClaimOutcome]:
         return await self._store.claim_many(
             requests, owner=self._owner, lease_ttl=self._limits.lease_ttl, now=self._now()
         )
 
-    async def _act(self, calls: list[_Call], outcomes: list[ClaimOutcome], *, inline: bool) -> None:
+    async def _act(
+        self,
+        calls: list[_Call],
+        outcomes: list[ClaimOutcome],
+        *,
+        inline: bool,
+        spec: ToolSpec | None = None,
+    ) -> None:
         settled: list[tuple[_Call, Receipt]] = []
+        owned: list[tuple[_Call, Claimed]] = []
         for call, outcome in zip(calls, outcomes, strict=True):
             if isinstance(outcome, Claimed):
-                if inline:
-                    await self._execute(call, outcome)
-                else:
-                    self.spawn(self._execute, call, outcome)
+                owned.append((call, outcome))
             elif isinstance(outcome, Settled):
                 settled.append((call, outcome.receipt))
             elif inline:
                 await self._wait_held(call, outcome.receipt)
             else:
                 self.spawn(self._wait_held, call, outcome.receipt)
+        if owned:
+            if spec is not None and spec.batch is not None:
+                size = spec.batch_max or self._limits.tool_batch_max
+                for start in range(0, len(owned), size):
+                    self.spawn(self._execute, owned[start : start + size], spec.batch)
+            elif inline:
+                for pair in owned:
+                    await self._execute([pair], None)
+            else:
+                for pair in owned:
+                    self.spawn(self._execute, [pair], None)
         if settled:
             await self._hydrate(settled)
 
@@ -523,128 +565,167 @@ class Dispatcher:
         self._deliver(call, error=ReceiptWaitTimeout(call.key, waited))
 
     # -- execution ----------------------------------------------------------
-    async def _execute(self, call: _Call, claim: Claimed) -> None:
-        lease = Lease(call.key, claim.lease_id)
+    async def _execute(
+        self, owned: list[tuple[_Call, Claimed]], batch: BatchFunction | None
+    ) -> None:
+        """Run claimed calls (one call, or one native batch request) under the governor."""
+        first = owned[0][0]
+        leases = [Lease(call.key, claim.lease_id) for call, claim in owned]
         try:
-            if call.kind != "local":
-                await self._governor.acquire(call.gate)
+            if first.kind != "local":
+                await self._governor.acquire(first.gate)
         except trio.Cancelled:
-            await self._release_shielded(lease)
+            await self._release_shielded(leases)
             raise
         try:
-            await self._execute_admitted(call, claim, lease)
+            await self._execute_admitted(owned, batch)
         except trio.Cancelled:
-            if not call.settling:
-                await self._release_shielded(lease)
+            unsettled = [
+                lease for (call, _), lease in zip(owned, leases, strict=True) if not call.settling
+            ]
+            await self._release_shielded(unsettled)
             raise
         finally:
-            if call.kind != "local":
-                self._governor.release(call.gate)
+            if first.kind != "local":
+                self._governor.release(first.gate)
 
-    async def _execute_admitted(self, call: _Call, claim: Claimed, lease: Lease) -> None:
-        if self._latch is not None and call.kind != "local":
-            await self._settle_release(lease)
-            self._deliver(
-                call,
-                error=PersistenceLatchTripped(
-                    "no new provider call: an earlier completion could not be recorded"
-                ),
-            )
-            return
-        timeout = call.timeout if call.timeout is not None else self._limits.tool_timeout
-        tool_call = ToolCall(
-            tool_id=call.name,
-            idempotency_key=_idempotency_key(call.key, claim.lease_id if call.force else None),
-            attempt=claim.attempt,
-            deadline=trio.current_time() + timeout,
-            fetch=self._fetch,
-        )
-        self._count_start(call)
-        try:
-            with trio.move_on_after(timeout) as scope:
-                value = await call.execute(tool_call)
-            if scope.cancelled_caught:
-                raise ToolTimeout(call.name, timeout)
-            result_json = dumps(value)
-        except ProviderTransientError as exc:
-            if exc.tool_id is None:
-                exc.tool_id = call.name
-            if exc.category == "rate_limit" and exc.retry_after and call.gate is not None:
-                if call.gate.bucket is not None:
-                    call.gate.bucket.pause(exc.retry_after)
-            await self._settle_release(lease)
-            self._deliver(call, error=exc)
-            return
-        except (TypeError, ValueError) as exc:
-            error: BaseException = ToolExecutionError(
-                f"{call.operation} {call.name!r} returned a value that is not JSON: {exc}",
-                tool_id=call.name,
-            )
-            await self._settle_failure(call, lease, error)
-            return
-        except TrioplayError as exc:
-            await self._settle_failure(call, lease, exc)
-            return
-        except Exception as exc:
-            error = ToolExecutionError(
-                f"{call.operation} {call.name!r} raised {type(exc).__name__}: {exc}",
-                tool_id=call.name,
-            )
-            error.__cause__ = exc
-            await self._settle_failure(call, lease, error)
-            return
-        call.settling = True
-        try:
-            ok = await self._settler.settle(Completion(call.key, claim.lease_id, result_json))
-        except Exception as exc:
-            self._trip_latch(exc)
+    async def _execute_admitted(
+        self, owned: list[tuple[_Call, Claimed]], batch: BatchFunction | None
+    ) -> None:
+        first = owned[0][0]
+        if self._latch is not None and first.kind != "local":
             latch = PersistenceLatchTripped(
-                f"{call.operation} {call.name!r} succeeded but its receipt could not be "
-                f"recorded ({exc}); no further provider call will start in this run"
+                "no new provider call: an earlier completion could not be recorded"
             )
-            latch.__cause__ = exc
-            self._deliver(call, error=latch)
+            await self._settle(owned, [latch] * len(owned))
             return
-        if not ok:
-            self._deliver(call, error=LeaseLost(call.key))
-            return
-        self._deliver(call, loads(result_json))
-
-    def _count_start(self, call: _Call) -> None:
-        if call.kind == "provider":
-            self.stats.provider_calls += 1
-        elif call.kind == "fetch":
-            self.stats.fetches += 1
-        else:
-            self.stats.steps_run += 1
-
-    def _trip_latch(self, error: BaseException) -> None:
-        if self._latch is None:
-            self._latch = error
-
-    async def _settle_failure(self, call: _Call, lease: Lease, error: BaseException) -> None:
-        self.stats.failed_calls += 1
+        timeout = first.timeout if first.timeout is not None else self._limits.tool_timeout
+        deadline = trio.current_time() + timeout
+        tool_calls = [
+            ToolCall(
+                tool_id=call.name,
+                idempotency_key=_idempotency_key(call.key, claim.lease_id if call.force else None),
+                attempt=claim.attempt,
+                deadline=deadline,
+                fetch=self._fetch,
+            )
+            for call, claim in owned
+        ]
+        self._count_start(first, len(owned))
+        results: list[Any]
         try:
-            if call.record_failures and not isinstance(error, LeaseLost):
-                failure = Failure(call.key, lease.lease_id, dumps(error_to_record(error)))
-                await self._settler.settle(failure)
-            else:
-                await self._settler.settle(lease)
+            with trio.move_on_at(deadline) as scope:
+                if batch is None:
+                    results = [await first.execute(tool_calls[0])]
+                else:
+                    results = list(await batch([call.input for call, _ in owned], tool_calls))
+            if scope.cancelled_caught:
+                results = [ToolTimeout(first.name, timeout)] * len(owned)
+            elif len(results) != len(owned):
+                results = [
+                    ToolExecutionError(
+                        f"batch tool {first.name!r} returned {len(results)} results "
+                        f"for {len(owned)} inputs",
+                        tool_id=first.name,
+                    )
+                ] * len(owned)
         except Exception as exc:
-            error.add_note(f"trioplay: recording this failure also failed: {exc}")
-        self._deliver(call, error=error)
+            results = [exc] * len(owned)
+        await self._settle(owned, results)
 
-    async def _settle_release(self, lease: Lease) -> None:
-        try:
-            await self._settler.settle(lease)
-        except Exception:
-            pass  # an unreleased lease only delays a rerun until it expires
+    def _classify(self, call: _Call, error: BaseException) -> tuple[BaseException, bool]:
+        """The error a caller sees, and whether its receipt records it as failed."""
+        if isinstance(error, ProviderTransientError):
+            if error.tool_id is None:
+                error.tool_id = call.name
+            gate = call.gate
+            if error.category == "rate_limit" and error.retry_after and gate is not None:
+                if gate.bucket is not None:
+                    gate.bucket.pause(error.retry_after)
+            return error, False
+        if isinstance(error, LeaseLost | PersistenceLatchTripped):
+            return error, False
+        if not call.record_failures:
+            return error, False  # steps and fetches: the caller's own error, not recorded
+        if not isinstance(error, TrioplayError):
+            wrapped = ToolExecutionError(
+                f"{call.operation} {call.name!r} raised {type(error).__name__}: {error}",
+                tool_id=call.name,
+            )
+            wrapped.__cause__ = error
+            error = wrapped
+        return error, True
 
-    async def _release_shielded(self, lease: Lease) -> None:
+    async def _settle(self, owned: list[tuple[_Call, Claimed]], results: list[Any]) -> None:
+        """Record each result durably (complete, fail or release), then deliver it."""
+        items: list[Completion | Failure | Lease] = []
+        delivered: list[tuple[Any, BaseException | None]] = []
+        for (call, claim), result in zip(owned, results, strict=True):
+            error: BaseException | None = None
+            if not isinstance(result, BaseException):
+                try:
+                    text = dumps(result)
+                except (TypeError, ValueError) as exc:
+                    error = ToolExecutionError(
+                        f"{call.operation} {call.name!r} returned a value that is not JSON: {exc}",
+                        tool_id=call.name,
+                    )
+                    result = error
+                else:
+                    call.settling = True
+                    items.append(Completion(call.key, claim.lease_id, text))
+                    delivered.append((text, None))
+                    continue
+            error, record = self._classify(call, result)
+            if record:
+                self.stats.failed_calls += 1
+                items.append(Failure(call.key, claim.lease_id, dumps(error_to_record(error))))
+            else:
+                items.append(Lease(call.key, claim.lease_id))
+            delivered.append((None, error))
+        outcomes = await self._settler.settle_many(items)
+        for (call, _), item, (text, error), outcome in zip(
+            owned, items, delivered, outcomes, strict=True
+        ):
+            if isinstance(item, Completion):
+                if isinstance(outcome, BaseException):
+                    self._deliver(call, error=self._latch_error(call, outcome))
+                elif not outcome:
+                    self._deliver(call, error=LeaseLost(call.key))
+                else:
+                    self._deliver(call, loads(text))
+                continue
+            assert error is not None
+            if isinstance(outcome, BaseException) and isinstance(item, Failure):
+                error.add_note(f"trioplay: recording this failure also failed: {outcome}")
+            # An unreleased lease only delays a rerun until it expires.
+            self._deliver(call, error=error)
+
+    def _latch_error(self, call: _Call, cause: BaseException) -> BaseException:
+        if self._latch is None:
+            self._latch = cause
+        error = PersistenceLatchTripped(
+            f"{call.operation} {call.name!r} succeeded but its receipt could not be "
+            f"recorded ({cause}); no further provider call will start in this run"
+        )
+        error.__cause__ = cause
+        return error
+
+    def _count_start(self, call: _Call, n: int) -> None:
+        if call.kind == "provider":
+            self.stats.provider_calls += n
+        elif call.kind == "fetch":
+            self.stats.fetches += n
+        else:
+            self.stats.steps_run += n
+
+    async def _release_shielded(self, leases: list[Lease]) -> None:
+        if not leases:
+            return
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + self._limits.cleanup_timeout
             try:
-                await self._store.release_many([lease], now=self._now())
+                await self._store.release_many(leases, now=self._now())
             except Exception:
                 pass  # left to expire
 

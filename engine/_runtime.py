@@ -174,7 +174,7 @@ class Runtime:
                 log.warning("run %s: the play's output is not JSON and was not stored", run_id)
             status = "completed"
             return output
-        except trio.Cancelled:
+        except (trio.Cancelled, KeyboardInterrupt):
             status = "cancelled"
             error = "cancelled"
             raise

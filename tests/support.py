@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -81,7 +82,7 @@ class LocalHttpServer:
                     while len(rest) < int(value):
                         rest += await stream.receive_some(65536)
             self.requests.append((method, path))
-            body = ('{"path": "%s"}' % path).encode()
+            body = json.dumps({"path": path}).encode()
             await stream.send_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
