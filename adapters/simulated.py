@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
+
 from trioplay import ProviderTransientError, ToolExecutionError, ToolSpec
 
 if TYPE_CHECKING:

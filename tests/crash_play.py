@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import trio
+
 import trioplay
 from trioplay.adapters import Latency, SimulatedProvider
 

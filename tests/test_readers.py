@@ -9,6 +9,7 @@ import tracemalloc
 from typing import TYPE_CHECKING
 
 import pytest
+
 from trioplay import PlayInputError
 from trioplay.adapters import CsvSource, JsonlSource
 

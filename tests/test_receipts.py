@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import trio
+
 import trioplay
 from trioplay.stores.memory import MemoryStore
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 import trio.testing
+
 from trioplay import (
     ProviderTransientError,
     Rate,

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+
 import trioplay
 from trioplay.stores.memory import MemoryStore
 

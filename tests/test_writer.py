@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+
 import trioplay
 from trioplay._groups import open_nursery
 from trioplay._records import SheetRow
