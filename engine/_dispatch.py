@@ -360,8 +360,7 @@ class Dispatcher:
                 f"tool {tool_id!r}: its input must be JSON-serialisable ({exc})"
             ) from None
         if key is None:
-            head = canonical_json(["tool", tool_id, scope]).encode()
-            key = hashlib.sha256(head + text.encode()).hexdigest()
+            key = tool_receipt_key(tool_id, text, scope)
         existing = self._inflight.get(key)
         if existing is not None:
             self.stats.followed += 1
@@ -749,6 +748,17 @@ def local_executor(fn: Callable[[], Any]) -> Execute:
         return value
 
     return execute
+
+
+def tool_receipt_key(tool_id: str, canonical_input: str, scope: str) -> str:
+    """The content-addressed receipt key of a tool call.
+
+    SHA-256 over the canonical JSON of ``["tool", tool_id, scope]`` followed by
+    the canonical JSON of the input: independent of dict key order, of the
+    process and of the Python version.
+    """
+    head = canonical_json(["tool", tool_id, scope]).encode()
+    return hashlib.sha256(head + canonical_input.encode()).hexdigest()
 
 
 def _idempotency_key(key: str, lease_id: str | None) -> str:

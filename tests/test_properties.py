@@ -1,0 +1,130 @@
+"""Hypothesis properties: receipt keys, and the writer's exactly-once commits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trioplay._dispatch import tool_receipt_key
+from trioplay._json import canonical_json
+from trioplay._records import SheetRow
+from trioplay._writer import TerminalRow, TerminalRowWriter
+from trioplay.stores.memory import MemoryStore
+
+from .strategies import json_objects, reorder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def key_of(value: Any) -> str:
+    return tool_receipt_key("finder", canonical_json(value), "play")
+
+
+@given(json_objects, st.randoms(use_true_random=False))
+def test_receipt_keys_do_not_depend_on_key_order(value: dict[str, Any], rng: Any) -> None:
+    def permute(keys: list[str]) -> list[str]:
+        rng.shuffle(keys)
+        return keys
+
+    assert key_of(reorder(value, permute)) == key_of(value)
+
+
+def test_receipt_key_is_pinned() -> None:
+    # A changed key would make every stored receipt unreachable: never change it silently.
+    value = {"domain": "acme.example", "opts": {"b": [1, 2.5, None], "a": "é"}}
+    spelled = '["tool","finder","play"]{"domain":"acme.example","opts":{"a":"é","b":[1,2.5,null]}}'
+    assert key_of(value) == hashlib.sha256(spelled.encode()).hexdigest()
+    assert key_of(value) == "a3ea2e13fa905498fd67617a191f88639181f4d8105618450f7dd8df36a16407"
+
+
+@settings(max_examples=5)
+@given(st.lists(json_objects, min_size=1, max_size=30))
+def test_receipt_keys_are_stable_across_processes(values: list[dict[str, Any]]) -> None:
+    program = (
+        "import json, sys\n"
+        "from trioplay._dispatch import tool_receipt_key\n"
+        "from trioplay._json import canonical_json\n"
+        "for value in json.loads(sys.stdin.read()):\n"
+        "    print(tool_receipt_key('finder', canonical_json(value), 'play'))\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", program],
+        input=json.dumps(values),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    assert out == [key_of(value) for value in values]
+
+
+arrivals = st.lists(st.tuples(st.integers(1, 5_000), st.floats(0, 0.3)), min_size=1, max_size=60)
+
+
+@given(
+    arrivals,
+    st.integers(100, 20_000),
+    st.floats(0.001, 0.5),
+    st.floats(0, 0.2),
+)
+def test_the_writer_commits_every_row_exactly_once(
+    rows: list[tuple[int, float]], buffer_bytes: int, max_flush: float, write_delay: float
+) -> None:
+    committed: list[str] = []
+    admitted_at: dict[str, float] = {}
+    committed_at: dict[str, float] = {}
+
+    def on_commit(batch: list[TerminalRow]) -> None:
+        for item in batch:
+            committed.append(item.row.key)
+            committed_at[item.row.key] = trio.current_time()
+
+    async def main() -> None:
+        store = MemoryStore(write_delay=write_delay)
+        writer = TerminalRowWriter(
+            store,
+            "run",
+            "ds",
+            buffer_bytes=buffer_bytes,
+            max_flush=max_flush,
+            cleanup_timeout=1,
+            on_commit=on_commit,
+        )
+        with trio.fail_after(10_000):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(writer.run)
+
+                async def produce(index: int, size: int, delay: float) -> None:
+                    await trio.sleep(delay)
+                    key = str(index)
+                    row = SheetRow(key, index, "completed", "{}")
+                    await writer.admit(TerminalRow(row, size, None, 0, None))
+                    admitted_at[key] = trio.current_time()
+
+                async with trio.open_nursery() as producers:
+                    for index, (size, delay) in enumerate(rows):
+                        producers.start_soon(produce, index, size, delay)
+                writer.close_input()
+        stored = await store.read_rows("run", "ds", limit=10_000)
+        assert sorted(row.key for row in stored) == sorted(str(i) for i in range(len(rows)))
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert sorted(committed) == sorted(str(i) for i in range(len(rows)))
+    assert len(committed) == len(set(committed))
+    if write_delay == 0:
+        # With an instant store a row waits at most max_flush after admission.
+        for key, at in committed_at.items():
+            assert at - admitted_at[key] <= max_flush + 1e-9
