@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,7 @@ from ._errors import (
     error_from_record,
     error_to_record,
 )
+from ._groups import open_nursery
 from ._json import canonical_json, dumps, loads
 from ._owner import owner_is_dead
 from ._records import (
@@ -70,6 +72,8 @@ if TYPE_CHECKING:
 
 Execute = Callable[[ToolCall], Awaitable[Any]]
 
+log = logging.getLogger("trioplay")
+
 
 @attrs.define
 class DispatchStats:
@@ -91,15 +95,19 @@ class _Call:
         "done",
         "error",
         "execute",
+        "expires_at",
         "force",
         "gate",
         "input",
         "key",
         "kind",
+        "lease_id",
+        "lost",
         "name",
         "operation",
         "receipt_wait",
         "record_failures",
+        "scope",
         "settling",
         "size",
         "stale_after",
@@ -140,7 +148,11 @@ class _Call:
         self.done = trio.Event()
         self.value: Any = None
         self.error: BaseException | None = None
-        self.settling = False
+        self.settling = False  # its completion write is in flight (heartbeats skip it)
+        self.lease_id = ""  # set when claimed
+        self.expires_at = math.inf  # the last confirmed expiry of our lease
+        self.lost = False  # a heartbeat found the lease gone
+        self.scope: trio.CancelScope | None = None  # cancelled when the lease is lost
 
 
 class _Settler:
@@ -500,16 +512,11 @@ class Dispatcher:
             else:
                 self.spawn(self._wait_held, call, outcome.receipt)
         if owned:
-            if spec is not None and spec.batch is not None:
-                size = spec.batch_max or self._limits.tool_batch_max
-                for start in range(0, len(owned), size):
-                    self.spawn(self._execute, owned[start : start + size], spec.batch)
-            elif inline:
-                for pair in owned:
-                    await self._execute([pair], None)
+            batch = spec.batch if spec is not None else None
+            if inline:
+                await self._run_cohort(owned, batch)
             else:
-                for pair in owned:
-                    self.spawn(self._execute, [pair], None)
+                self.spawn(self._run_cohort, owned, batch)
         if settled:
             await self._hydrate(settled)
 
@@ -564,6 +571,61 @@ class Dispatcher:
         self._deliver(call, error=ReceiptWaitTimeout(call.key, waited))
 
     # -- execution ----------------------------------------------------------
+    async def _run_cohort(
+        self, owned: list[tuple[_Call, Claimed]], batch: BatchFunction | None
+    ) -> None:
+        """Execute the calls claimed together, with one heartbeat keeping their leases."""
+        for call, claim in owned:
+            call.lease_id = claim.lease_id
+            call.expires_at = claim.lease_expires_at
+        async with open_nursery() as cohort:
+            cohort.start_soon(self._heartbeat, [call for call, _ in owned])
+            async with open_nursery() as work:
+                if batch is not None:
+                    size = self._batch_size(owned[0][0])
+                    for start in range(0, len(owned), size):
+                        work.start_soon(self._execute, owned[start : start + size], batch)
+                else:
+                    for pair in owned:
+                        work.start_soon(self._execute, [pair], None)
+            cohort.cancel_scope.cancel()
+
+    def _batch_size(self, call: _Call) -> int:
+        spec = self._tools.get(call.name)
+        return spec.batch_max or self._limits.tool_batch_max
+
+    async def _heartbeat(self, calls: list[_Call]) -> None:
+        """Renew the cohort's leases every ``lease_ttl / 2``.
+
+        Calls whose completion is being written are skipped, and a lease that
+        vanished because its own completion landed is no loss. A renewal that
+        shows a lease gone cancels that call's scope: it ends with ``LeaseLost``.
+        """
+        interval = self._limits.lease_ttl / 2
+        while True:
+            await trio.sleep(interval)
+            live = [c for c in calls if not (c.settling or c.lost or c.done.is_set())]
+            if not live:
+                return
+            try:
+                expiries = await self._store.heartbeat_many(
+                    [Lease(c.key, c.lease_id) for c in live],
+                    lease_ttl=self._limits.lease_ttl,
+                    now=self._now(),
+                )
+            except Exception as exc:
+                # The next renewal may succeed; the pre-call check and the
+                # fenced completion stay safe meanwhile.
+                log.warning("lease heartbeat failed: %s", exc)
+                continue
+            for call, expiry in zip(live, expiries, strict=True):
+                if expiry is not None:
+                    call.expires_at = expiry
+                elif not (call.settling or call.done.is_set()):
+                    call.lost = True
+                    if call.scope is not None:
+                        call.scope.cancel()
+
     async def _execute(
         self, owned: list[tuple[_Call, Claimed]], batch: BatchFunction | None
     ) -> None:
@@ -598,6 +660,12 @@ class Dispatcher:
             )
             await self._settle(owned, [latch] * len(owned))
             return
+        now = self._now()
+        if any(call.lost or call.expires_at <= now for call, _ in owned):
+            # Cheap ownership check from the last confirmed expiry: never call a
+            # provider for a receipt that may have a new owner by now.
+            await self._settle(owned, [LeaseLost(call.key) for call, _ in owned])
+            return
         timeout = first.timeout if first.timeout is not None else self._limits.tool_timeout
         deadline = trio.current_time() + timeout
         tool_calls = [
@@ -612,13 +680,18 @@ class Dispatcher:
         ]
         self._count_start(first, len(owned))
         results: list[Any]
+        scope = trio.CancelScope(deadline=deadline)
+        for call, _ in owned:
+            call.scope = scope
         try:
-            with trio.move_on_at(deadline) as scope:
+            with scope:
                 if batch is None:
                     results = [await first.execute(tool_calls[0])]
                 else:
                     results = list(await batch([call.input for call, _ in owned], tool_calls))
-            if scope.cancelled_caught:
+            if any(call.lost for call, _ in owned):
+                results = [LeaseLost(call.key) for call, _ in owned]
+            elif scope.cancelled_caught:
                 results = [ToolTimeout(first.name, timeout)] * len(owned)
             elif len(results) != len(owned):
                 results = [

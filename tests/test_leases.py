@@ -1,0 +1,150 @@
+"""Lease heartbeats in virtual time: loss cancels the call, completion races are no loss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import trioplay
+from trioplay.stores.memory import MemoryStore
+
+from .support import registry
+
+TTL = 10.0  # heartbeats every 5 s
+
+
+class Store(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reject_heartbeats = False
+        self.heartbeats: list[float] = []
+        self.complete_delay = 0.0
+
+    async def heartbeat_many(self, leases: Any, **kw: Any) -> list[float | None]:
+        self.heartbeats.append(trio.current_time())
+        if self.reject_heartbeats:
+            return [None] * len(leases)
+        return await super().heartbeat_many(leases, **kw)
+
+    async def complete_many(self, items: Any, **kw: Any) -> list[bool]:
+        await trio.sleep(self.complete_delay)
+        return await super().complete_many(items, **kw)
+
+
+async def call_tool(store: Store, tool: Any) -> Any:
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.tool("t", {"x": 1})
+
+    async with trioplay.open_runtime(
+        store=store,
+        tools=registry(t=tool),
+        limits=trioplay.Limits(lease_ttl=TTL),
+        wall_clock=trio.current_time,
+    ) as rt:
+        return await rt.run(play, {}, run_id="r")
+
+
+@pytest.mark.deadline(5000)
+async def test_a_long_call_keeps_its_lease(autojump_clock: trio.testing.MockClock) -> None:
+    store = Store()
+
+    async def slow(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep(100)  # ten lease lifetimes
+        return {"ok": True}
+
+    assert await call_tool(store, slow) == {"ok": True}
+    assert len(store.heartbeats) == 20  # every 5 s for 100 s
+
+
+@pytest.mark.deadline(5000)
+async def test_a_rejected_heartbeat_cancels_the_call_within_one_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = Store()
+    cancelled_at: list[float] = []
+
+    async def hangs(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        try:
+            await trio.sleep(1000)
+        except trio.Cancelled:
+            cancelled_at.append(trio.current_time())
+            raise
+
+    async def lose_the_lease() -> None:
+        await trio.sleep(7)
+        store.reject_heartbeats = True
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lose_the_lease)
+        with pytest.raises(trioplay.LeaseLost):
+            await call_tool(store, hangs)
+    # Claimed after the 5 ms lane window: heartbeats at 5.005 (ok) and 10.005 (rejected).
+    assert cancelled_at == [pytest.approx(start + 10.005)]
+    assert cancelled_at[0] - (start + 7) <= TTL / 2
+
+
+@pytest.mark.deadline(5000)
+async def test_a_completion_racing_a_heartbeat_is_not_a_lease_loss(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = Store()
+    store.complete_delay = 3.0  # the completion write spans the heartbeat at t=5
+
+    async def answers(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep(4)
+        return {"ok": True}
+
+    async def heartbeats_now_fail() -> None:
+        await trio.sleep(4.5)
+        store.reject_heartbeats = True
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(heartbeats_now_fail)
+        assert await call_tool(store, answers) == {"ok": True}
+    # The call was settling at t=5: its key was not even sent.
+    assert store.heartbeats == []
+
+
+@pytest.mark.deadline(5000)
+async def test_no_provider_call_after_the_lease_is_known_expired(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A call that waited for a slot longer than its lease never reaches the provider."""
+    store = Store()
+    store.reject_heartbeats = True  # the store no longer confirms our leases
+    calls: list[int] = []
+
+    async def blocker(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        calls.append(input["x"])
+        await trio.sleep(30)
+        return {"x": input["x"]}
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def one(x: int) -> None:
+            try:
+                await ctx.tool("t", {"x": x})
+            except trioplay.LeaseLost:
+                lost.append(x)
+
+        async with trio.open_nursery() as nursery:
+            for x in range(2):
+                nursery.start_soon(one, x)
+
+    lost: list[int] = []
+    reg = trioplay.ToolRegistry()
+    reg.add("t", blocker, concurrency=1)
+    async with trioplay.open_runtime(
+        store=store, tools=reg, limits=trioplay.Limits(lease_ttl=TTL), wall_clock=trio.current_time
+    ) as rt:
+        await rt.run(play, {}, run_id="r")
+    # Both leases are reported gone at the 5 s heartbeat: the first call is
+    # cancelled, and the second, still waiting for the only slot, is refused
+    # when it gets it, without calling the provider.
+    assert len(calls) == 1
+    assert sorted(lost) == [0, 1]
