@@ -1,0 +1,188 @@
+"""The governor in virtual time: rates, concurrency, slots held until settled."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trioplay
+from trioplay.stores.memory import MemoryStore
+
+
+class Probe:
+    """Records every provider start and the concurrency seen, per provider and overall."""
+
+    def __init__(self) -> None:
+        self.starts: dict[str, list[float]] = {}
+        self.active: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+        self.total_active = 0
+        self.total_peak = 0
+
+    def tool(self, provider: str, latency: float) -> Any:
+        async def call(input: dict[str, Any], _call: trioplay.ToolCall) -> Any:
+            self.starts.setdefault(provider, []).append(trio.current_time())
+            self.active[provider] = self.active.get(provider, 0) + 1
+            self.total_active += 1
+            self.peak[provider] = max(self.peak.get(provider, 0), self.active[provider])
+            self.total_peak = max(self.total_peak, self.total_active)
+            await trio.sleep(latency)
+            self.active[provider] -= 1
+            self.total_active -= 1
+            return input
+
+        return call
+
+
+def max_in_window(times: list[float], width: float) -> int:
+    times = sorted(times)
+    best = 0
+    j = 0
+    for i, t in enumerate(times):
+        while times[j] <= t - width + 1e-9:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+@settings(max_examples=25)
+@given(
+    arrivals=st.lists(st.floats(0, 5), min_size=1, max_size=80),
+    n=st.integers(1, 10),
+    per=st.sampled_from([0.5, 1.0, 2.0]),
+    burst=st.one_of(st.none(), st.integers(1, 5)),
+    concurrency=st.integers(1, 6),
+    global_limit=st.integers(1, 8),
+    latency=st.floats(0, 1),
+)
+def test_rate_and_concurrency_are_never_exceeded(
+    arrivals: list[float],
+    n: int,
+    per: float,
+    burst: int | None,
+    concurrency: int,
+    global_limit: int,
+    latency: float,
+) -> None:
+    probe = Probe()
+    registry = trioplay.ToolRegistry()
+    rate = trioplay.Rate(n, per=per, burst=burst)
+    registry.add(
+        "a", probe.tool("acme", latency), provider="acme", rate=rate, concurrency=concurrency
+    )
+    registry.add("b", probe.tool("other", latency), provider="other")
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> None:
+        async def one(i: int, at: float) -> None:
+            await trio.sleep(at)
+            await ctx.tool("a" if i % 2 else "b", {"i": i})
+
+        async with trio.open_nursery() as nursery:
+            for i, at in enumerate(arrivals):
+                nursery.start_soon(one, i, at)
+
+    async def main() -> None:
+        limits = trioplay.Limits(max_concurrent_external_calls=global_limit)
+        with trio.fail_after(100_000):
+            async with trioplay.open_runtime(
+                store=MemoryStore(), tools=registry, limits=limits
+            ) as rt:
+                await rt.run(play, {}, run_id="r")
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    acme = probe.starts.get("acme", [])
+    assert len(acme) == sum(1 for i in range(len(arrivals)) if i % 2)
+    assert max_in_window(acme, per) <= n + (burst if burst is not None else n)
+    assert probe.peak.get("acme", 0) <= concurrency
+    assert probe.total_peak <= global_limit
+
+
+class SlowCompletions(MemoryStore):
+    def __init__(self, probe: dict[str, int]) -> None:
+        super().__init__()
+        self.probe = probe
+
+    async def complete_many(self, items: Any, **kw: Any) -> list[bool]:
+        await trio.sleep(1.0)
+        result = await super().complete_many(items, **kw)
+        self.probe["settled"] += len(items)
+        return result
+
+
+@pytest.mark.deadline(1000)  # 2,000 calls, 16 at a time, each write 1 virtual second
+async def test_decoded_results_waiting_for_their_write_stay_within_the_limit(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe = {"returned": 0, "settled": 0, "peak": 0}
+
+    async def fast(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        probe["returned"] += 1
+        probe["peak"] = max(probe["peak"], probe["returned"] - probe["settled"])
+        return {"blob": "x" * 1000}
+
+    registry = trioplay.ToolRegistry()
+    registry.add("t", fast)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return len((await rc.tool("t", {"i": row["i"]}))["blob"])
+
+        rows = [{"i": i} for i in range(2000)]
+        return await ctx.dataset("s", rows).with_column("n", resolver).run(key="i")
+
+    limits = trioplay.Limits(max_concurrent_external_calls=16)
+    async with trioplay.open_runtime(
+        store=SlowCompletions(probe), tools=registry, limits=limits
+    ) as rt:
+        result = await rt.run(play, {}, run_id="r")
+    assert result.completed_count == 2000
+    assert 0 < probe["peak"] <= 16
+
+
+class CrashingClaims(MemoryStore):
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        self.after = after
+
+    async def claim_many(self, requests: Any, **kw: Any) -> Any:
+        self.after -= 1
+        if self.after < 0:
+            raise RuntimeError("dispatcher crashed")
+        return await super().claim_many(requests, **kw)
+
+
+@pytest.mark.parametrize("after", [0, 2, 5])
+async def test_a_dispatcher_failure_reaches_every_waiting_caller(after: int) -> None:
+    async def tool(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep(0.001)
+        return input
+
+    registry = trioplay.ToolRegistry()
+    registry.add("t", tool)
+    errors: list[str] = []
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            try:
+                return await rc.tool("t", {"i": row["i"]})
+            except RuntimeError as exc:
+                errors.append(str(exc))
+                raise
+
+        rows = [{"i": i} for i in range(1000)]
+        return await ctx.dataset("s", rows).with_column("x", resolver).run(key="i")
+
+    with trio.fail_after(30):
+        async with trioplay.open_runtime(store=CrashingClaims(after), tools=registry) as rt:
+            result = await rt.run(play, {}, run_id="r")
+    assert result.completed_count + result.failed_count == 1000
+    assert result.failed_count == len(errors) > 0
+    assert set(errors) == {"dispatcher crashed"}
