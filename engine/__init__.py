@@ -40,6 +40,8 @@ from ._records import Completion as Completion
 from ._records import Failure as Failure
 from ._records import Held as Held
 from ._records import Lease as Lease
+from ._records import PageClaim as PageClaim
+from ._records import PageLease as PageLease
 from ._records import Receipt as Receipt
 from ._records import RunRecord as RunRecord
 from ._records import Settled as Settled

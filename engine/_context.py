@@ -71,6 +71,14 @@ class PlayContext:
         return self._runtime.row_limiter
 
     @property
+    def owner(self) -> str:
+        return self._runtime.owner
+
+    @property
+    def wall_clock(self) -> Callable[[], float]:
+        return self._runtime.wall_clock
+
+    @property
     def latch(self) -> BaseException | None:
         return self._dispatcher.latch
 

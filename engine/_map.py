@@ -34,7 +34,8 @@ from ._errors import (
 )
 from ._groups import open_nursery
 from ._json import dumps, loads
-from ._records import SheetEntry, SheetRow
+from ._owner import owner_is_dead
+from ._records import PageLease, SheetEntry, SheetRow
 from ._stall import MapStallObserver
 from ._writer import TerminalRow, TerminalRowWriter
 
@@ -46,6 +47,7 @@ log = logging.getLogger("trioplay")
 Row = Mapping[str, Any]
 Resolver = Callable[[Row, "RowContext"], Any]
 OnRowError = Literal["isolate", "fail"]
+Reread = Callable[[int, int], list[Any]]
 
 # Errors that no row can isolate: every other row would hit them too.
 _FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputError)
@@ -194,7 +196,9 @@ class _Page:
     offset: int
     observer: MapStallObserver
     outstanding: int = 0
+    failed: int = 0
     spawning_done: bool = False
+    lost: bool = False
     settled: trio.Event = attrs.field(factory=trio.Event)
 
     def row_settled(self) -> None:
@@ -236,14 +240,14 @@ class _MapRun:
 
     # -- the whole map ------------------------------------------------------
     async def run(self) -> MapResult:
-        source = await self._open_source()
+        source, reread = await self._open_source()
         self.ctx.emit("map.started", {"map": self.name, "total": self.total})
         error: Exception | None = None
         async with open_nursery() as nursery:
             await nursery.start(self.writer.run)
             nursery.start_soon(self._report_progress)
             try:
-                await self._run_pages(source)
+                await self._run_pages(source, reread)
             except Exception as exc:
                 error = exc
             finally:
@@ -261,7 +265,8 @@ class _MapRun:
         self.ctx.emit("map.finished", self._counts())
         return self.result
 
-    async def _open_source(self) -> Iterator[Any]:
+    async def _open_source(self) -> tuple[Iterator[Any], Reread | None]:
+        """An iterator over the rows, and a way to read a page again if there is one."""
         source = self.dataset.source
         validate = getattr(source, "validate", None)
         if callable(validate):
@@ -271,35 +276,144 @@ class _MapRun:
                 self.total = counted
         elif hasattr(source, "__len__"):
             self.total = len(source)
-        if isinstance(source, Iterable) and not isinstance(source, str | bytes | Mapping):
-            return iter(source)
-        raise PlayDefinitionError(
-            f"dataset {self.name!r}: rows must be an iterable of mappings "
-            f"(a list, a generator, ctx.csv(...)), got {type(source).__name__}"
-        )
+        if not isinstance(source, Iterable) or isinstance(source, str | bytes | Mapping):
+            raise PlayDefinitionError(
+                f"dataset {self.name!r}: rows must be an iterable of mappings "
+                f"(a list, a generator, ctx.csv(...)), got {type(source).__name__}"
+            )
+        rows = iter(source)
+        if rows is source:
+            return rows, None  # a generator: read once
 
-    async def _run_pages(self, rows: Iterator[Any]) -> None:
-        page_slots = trio.Semaphore(_PAGES_IN_FLIGHT)
+        def reread(offset: int, length: int) -> list[Any]:
+            return list(itertools.islice(iter(source), offset, offset + length))
+
+        return rows, reread
+
+    async def _run_pages(self, rows: Iterator[Any], reread: Reread | None) -> None:
+        """Lease and run every page; pages held by a live peer are run last, if at all."""
+        slots = trio.Semaphore(_PAGES_IN_FLIGHT)
         position = 0
         # A page starts its rows only once the page before it has started all
         # of its own: pages overlap in their tails, never compete for rows.
-        previous_spawned = trio.Event()
-        previous_spawned.set()
+        previous = trio.Event()
+        previous.set()
+        held: list[tuple[int, list[Any] | None, int]] = []
         async with open_nursery() as pages:
             while True:
                 chunk = list(itertools.islice(rows, self.page_size))
                 if not chunk:
                     break
-                await page_slots.acquire()
                 offset = position
                 position += len(chunk)
-                planned = await self._plan_page(chunk, offset)
-                spawned = trio.Event()
-                pages.start_soon(
-                    self._run_page, planned, offset, page_slots, previous_spawned, spawned
+                lease = await self._lease_page(offset, len(chunk))
+                if lease == "held":
+                    # Keep the rows only if the source cannot be read again.
+                    held.append((offset, None if reread else chunk, len(chunk)))
+                elif lease is not None:
+                    await slots.acquire()
+                    previous = await self._start_page(pages, chunk, lease, slots, previous)
+            for offset, kept, length in held:
+                lease = await self._await_page(offset, length)
+                if lease is None:
+                    continue
+                chunk = kept if kept is not None else reread(offset, length)  # type: ignore[misc]
+                await slots.acquire()
+                previous = await self._start_page(pages, chunk, lease, slots, previous)
+
+    async def _lease_page(self, offset: int, length: int) -> PageLease | Literal["held"] | None:
+        """Claim a page: its lease, ``"held"`` by a live peer, or ``None`` when done."""
+        ctx = self.ctx
+        takeover: str | None = None
+        reopen = False
+        while True:
+            claim = await ctx.store.claim_page(
+                ctx.run_id,
+                self.name,
+                offset,
+                owner=ctx.owner,
+                lease_ttl=self.limits.lease_ttl,
+                now=ctx.wall_clock(),
+                takeover_lease=takeover,
+                reopen=reopen,
+            )
+            if claim.status == "claimed":
+                assert claim.lease_id is not None
+                return PageLease(ctx.run_id, self.name, offset, claim.lease_id)
+            if claim.status == "held":
+                if takeover is None and owner_is_dead(claim.owner):
+                    takeover = claim.lease_id  # a crashed local process: take over now
+                    continue
+                return "held"
+            if claim.failed and claim.attempt < ctx.attempt and not reopen:
+                reopen = True  # rows that failed in an earlier attempt run again
+                continue
+            self.result.skipped_count += length
+            self._drop_retained()
+            return None
+
+    async def _await_page(self, offset: int, length: int) -> PageLease | None:
+        """Wait for a peer's page: ``None`` once it is done, a lease if its owner vanished."""
+        while True:
+            lease = await self._lease_page(offset, length)
+            if lease != "held":
+                return lease
+            await trio.sleep(self.limits.receipt_wait_delay)
+
+    async def _start_page(
+        self,
+        pages: trio.Nursery,
+        chunk: list[Any],
+        lease: PageLease,
+        slots: trio.Semaphore,
+        previous: trio.Event,
+    ) -> trio.Event:
+        try:
+            planned = await self._plan_page(chunk, lease.offset)
+        except BaseException:
+            slots.release()
+            await self._release_page(lease)
+            raise
+        spawned = trio.Event()
+        pages.start_soon(self._run_page, planned, lease, slots, previous, spawned)
+        await trio.lowlevel.checkpoint()
+        return spawned
+
+    async def _release_page(self, lease: PageLease) -> None:
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + self.limits.cleanup_timeout
+            try:
+                await self.ctx.store.release_page(lease, now=self.ctx.wall_clock())
+            except Exception:
+                pass  # the lease expires on its own
+
+    async def _keep_page(self, lease: PageLease, page: _Page, scope: trio.CancelScope) -> None:
+        """Renew a page lease every ``lease_ttl / 2``; give the page up if it is gone.
+
+        A lost page lease means another process took the page over (ours
+        looked dead to it): our unfinished rows of that page are cancelled
+        and left to the new owner, whose receipts replay what we already paid.
+        """
+        while True:
+            await trio.sleep(self.limits.lease_ttl / 2)
+            try:
+                (expiry,) = await self.ctx.store.heartbeat_pages(
+                    [lease], lease_ttl=self.limits.lease_ttl, now=self.ctx.wall_clock()
                 )
-                previous_spawned = spawned
-                await trio.lowlevel.checkpoint()
+            except Exception as exc:
+                log.warning("page lease heartbeat failed: %s", exc)
+                continue
+            if expiry is None:
+                page.lost = True
+                log.warning(
+                    "dataset %r: the page at row %d passed to another process; "
+                    "its unfinished rows are left to it",
+                    self.name,
+                    lease.offset,
+                )
+                self.ctx.emit("map.page_lost", {"map": self.name, "page_offset": lease.offset})
+                scope.cancel()
+                return
 
     async def _plan_page(
         self, chunk: list[Any], offset: int
@@ -354,11 +468,12 @@ class _MapRun:
     async def _run_page(
         self,
         planned: list[tuple[int, str, dict[str, Any]]],
-        offset: int,
+        lease: PageLease,
         slots: trio.Semaphore,
         previous_spawned: trio.Event,
         spawned: trio.Event,
     ) -> None:
+        offset = lease.offset
         try:
             await previous_spawned.wait()
             observer = MapStallObserver(
@@ -372,6 +487,7 @@ class _MapRun:
             limiter = self.ctx.row_limiter
             async with open_nursery() as nursery:
                 await nursery.start(observer.run)
+                nursery.start_soon(self._keep_page, lease, page, nursery.cancel_scope)
                 async with open_nursery() as rows:
                     for position, key, data in planned:
                         token = object()
@@ -384,6 +500,14 @@ class _MapRun:
                         page.settled.set()
                 await page.settled.wait()
                 nursery.cancel_scope.cancel()
+            if page.lost:
+                return
+            await self.ctx.store.finish_page(
+                lease, attempt=self.ctx.attempt, failed=page.failed, now=self.ctx.wall_clock()
+            )
+        except BaseException:
+            await self._release_page(lease)
+            raise
         finally:
             slots.release()
 
@@ -462,9 +586,10 @@ class _MapRun:
                         self._release_retained()
                     else:
                         result._retained.append((row.position, item.data))
-            else:
-                result.failed_count += 1
             page: _Page = item.page
+            if row.status == "failed":
+                result.failed_count += 1
+                page.failed += 1
             page.observer.terminal_committed(item.token)
             page.row_settled()
         self.progress_dirty = True

@@ -139,6 +139,36 @@ class SheetEntry:
     attempt: int
 
 
+PageStatus = Literal["claimed", "held", "done"]
+
+
+@attrs.frozen
+class PageClaim:
+    """What ``claim_page`` decided for one page of a dataset.
+
+    ``claimed``: this owner runs the page under ``lease_id`` until
+    ``lease_expires_at`` (renewed by heartbeats). ``held``: another owner's
+    lease is live (``owner``, ``lease_id``, ``lease_expires_at`` say whose).
+    ``done``: the page was finished by attempt ``attempt`` with ``failed``
+    failed rows.
+    """
+
+    status: PageStatus
+    lease_id: str | None = None
+    lease_expires_at: float | None = None
+    owner: str | None = None
+    attempt: int = 0
+    failed: int = 0
+
+
+@attrs.frozen
+class PageLease:
+    run_id: str
+    dataset: str
+    offset: int
+    lease_id: str
+
+
 @attrs.frozen
 class RunRecord:
     run_id: str

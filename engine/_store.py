@@ -30,6 +30,8 @@ from ._records import (
     Completion,
     Failure,
     Lease,
+    PageClaim,
+    PageLease,
     Receipt,
     RowStatus,
     RunRecord,
@@ -155,6 +157,46 @@ class Store(Protocol):
         ...
 
     async def list_datasets(self, run_id: str) -> list[str]: ...
+
+    # -- page leases (cooperative execution) ---------------------------------
+    async def claim_page(
+        self,
+        run_id: str,
+        dataset: str,
+        offset: int,
+        *,
+        owner: str,
+        lease_ttl: float,
+        now: float,
+        takeover_lease: str | None = None,
+        reopen: bool = False,
+    ) -> PageClaim:
+        """Lease the page of ``dataset`` starting at input position ``offset``.
+
+        Atomically: a page never seen, released, or whose lease expired
+        (``lease_expires_at <= now``) is claimed; a page under another live
+        lease is ``held`` unless ``takeover_lease`` names that lease (the
+        engine proved its owner dead); a finished page is ``done`` unless
+        ``reopen`` (then claimed again). A claim sets a fresh ``lease_id``,
+        ``lease_expires_at = now + lease_ttl`` and ``owner``.
+        """
+        ...
+
+    async def heartbeat_pages(
+        self, leases: Sequence[PageLease], *, lease_ttl: float, now: float
+    ) -> list[float | None]:
+        """Extend live page leases; ``None`` where the lease is no longer ours."""
+        ...
+
+    async def finish_page(
+        self, lease: PageLease, *, attempt: int, failed: int, now: float
+    ) -> bool:
+        """Mark a page done (fenced by its lease); ``False`` if the lease was not ours."""
+        ...
+
+    async def release_page(self, lease: PageLease, *, now: float) -> bool:
+        """Give a page up unfinished (fenced): the next claim takes it at once."""
+        ...
 
 
 __all__ = ["RowStatus", "Store"]

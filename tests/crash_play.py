@@ -1,7 +1,8 @@
-"""A 20,000-row play on SQLite, run in a subprocess by ``test_crash_resume``.
+"""A two-tool play run in subprocesses by the crash and cooperation tests.
 
-``python -m tests.crash_play DB_PATH LOG_PATH ROWS`` runs (or resumes) the run
-``crash-test``; both tools log every execution with its idempotency key.
+``python -m tests.crash_play STORE_URL LOG_PATH ROWS [LEASE_TTL]`` runs (or
+resumes, or joins) the run ``crash-test``; both tools log every execution
+with its idempotency key to LOG_PATH.
 """
 
 from __future__ import annotations
@@ -38,16 +39,17 @@ async def play(ctx: trioplay.PlayContext, input: dict[str, Any]) -> Any:
 
 
 def main() -> None:
-    db, log, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    store, log, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    lease_ttl = float(sys.argv[4]) if len(sys.argv) > 4 else 60.0
     tools = trioplay.ToolRegistry()
     for tool_id in ("finder", "company"):
         tools.add_tool(
             SimulatedProvider(tool_id=tool_id, latency=Latency.fixed(0.002), log_path=log)
         )
-    limits = trioplay.Limits(max_concurrent_external_calls=CONCURRENCY)
+    limits = trioplay.Limits(max_concurrent_external_calls=CONCURRENCY, lease_ttl=lease_ttl)
 
     async def run() -> None:
-        async with trioplay.open_runtime(store=f"sqlite:///{db}", tools=tools, limits=limits) as rt:
+        async with trioplay.open_runtime(store=store, tools=tools, limits=limits) as rt:
             output = await rt.run(play, {"rows": rows}, run_id="crash-test")
         print(json.dumps(output), flush=True)
 

@@ -29,7 +29,7 @@ def committed(db: Path) -> int:
 
 def start(db: Path, log: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.crash_play", str(db), str(log), str(ROWS)],
+        [sys.executable, "-m", "tests.crash_play", f"sqlite:///{db}", str(log), str(ROWS)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -1,0 +1,113 @@
+"""Acceptance: several processes share one run; every key and call happens once.
+
+Runs on every store that several processes can share (SQLite on one machine,
+PostgreSQL anywhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import trioplay
+
+from .crash_play import CONCURRENCY
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = 20_000
+
+
+def start(store: str, log: Path, lease_ttl: float = 60.0) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.crash_play", store, str(log), str(ROWS), str(lease_ttl)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def sheet(store_url: str) -> tuple[list[str], dict[str, int]]:
+    async with trioplay.open_runtime(store=store_url) as rt:
+        keys: list[str] = []
+        after = -1
+        while True:
+            rows = await rt.store.read_rows("crash-test", "sheet", after_position=after, limit=5000)
+            keys += [row.key for row in rows if row.status == "completed"]
+            if len(rows) < 5000:
+                break
+            after = rows[-1].position
+        return keys, await rt.store.count_receipts("crash-test")
+
+
+def executions(log: Path) -> Counter[tuple[str, str]]:
+    return Counter(
+        (entry["tool_id"], entry["idempotency_key"])
+        for entry in map(json.loads, log.read_text().splitlines())
+    )
+
+
+def check_sheet(keys: list[str]) -> None:
+    assert len(keys) == len(set(keys)) == ROWS
+    assert set(keys) == {f"d{i}.example" for i in range(ROWS)}
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/coop.db"
+
+
+@pytest.mark.deadline(600)
+async def test_three_processes_share_one_run(store_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "tools.jsonl"
+    procs = [start(store_url, log) for _ in range(3)]
+    outputs: list[dict[str, Any]] = []
+    for proc in procs:
+        out, err = await trio.to_thread.run_sync(lambda p=proc: p.communicate(timeout=300))
+        assert proc.returncode == 0, err
+        outputs.append(json.loads(out.strip().splitlines()[-1]))
+    # Each process ran part of the rows; together they ran each row once.
+    assert sum(o["completed"] for o in outputs) == ROWS
+    assert sum(1 for o in outputs if o["completed"] > 0) >= 2
+    keys, receipts = await sheet(store_url)
+    check_sheet(keys)
+    assert receipts.get("running", 0) == 0
+    counts = executions(log)
+    assert len(counts) == 2 * ROWS
+    assert max(counts.values()) == 1
+
+
+@pytest.mark.deadline(600)
+async def test_a_killed_process_leaves_its_pages_to_the_others(
+    store_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "tools.jsonl"
+    procs = [start(store_url, log, lease_ttl=5.0) for _ in range(3)]
+    victim = procs[0]
+    deadline = time.monotonic() + 120
+    while not log.exists() or len(executions(log)) < 4_000:
+        assert victim.poll() is None, victim.communicate()
+        assert time.monotonic() < deadline, "no progress before the kill"
+        await trio.sleep(0.05)
+    os.kill(victim.pid, signal.SIGKILL)
+    await trio.to_thread.run_sync(lambda: victim.communicate(timeout=10))
+    for proc in procs[1:]:
+        _, err = await trio.to_thread.run_sync(lambda p=proc: p.communicate(timeout=300))
+        assert proc.returncode == 0, err
+    keys, receipts = await sheet(store_url)
+    check_sheet(keys)
+    assert receipts.get("running", 0) == 0
+    counts = executions(log)
+    assert len(counts) == 2 * ROWS
+    # Only calls in flight in the killed process ran twice.
+    assert sum(n - 1 for n in counts.values()) <= CONCURRENCY
