@@ -16,6 +16,7 @@ from ._map import Dataset
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
+    from ._budget import ByteBudget
     from ._fetch import FetchResponse
     from ._limits import FetchTimeouts, Limits
     from ._runtime import Runtime
@@ -69,6 +70,10 @@ class PlayContext:
     @property
     def row_limiter(self) -> trio.CapacityLimiter:
         return self._runtime.row_limiter
+
+    @property
+    def row_budget(self) -> ByteBudget:
+        return self._runtime.row_budget
 
     @property
     def owner(self) -> str:

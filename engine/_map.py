@@ -25,6 +25,7 @@ import attrs
 import trio
 
 from ._errors import (
+    MapMemoryLimitError,
     PersistenceLatchTripped,
     PlayDefinitionError,
     PlayInputError,
@@ -207,6 +208,33 @@ class _Page:
             self.settled.set()
 
 
+class _RowSizes:
+    """Estimates what a row will cost in memory, from the rows finished so far.
+
+    A row's reservation is ``_OVERHEAD`` times the running mean size of the
+    last rows as JSON (the JSON text, the parsed values and the receipt
+    payload live at once); before any row finished it is ``_INITIAL``.
+    """
+
+    _OVERHEAD = 3
+    _WINDOW = 64
+    _INITIAL = 64 * 1024
+
+    def __init__(self) -> None:
+        self._mean = 0.0
+        self._count = 0
+
+    def observe(self, size: int) -> None:
+        self._count += 1
+        weight = 1 / min(self._count, self._WINDOW)
+        self._mean += (size - self._mean) * weight
+
+    def estimate(self) -> int:
+        if self._count == 0:
+            return self._INITIAL
+        return max(1024, int(self._mean * self._OVERHEAD))
+
+
 class _MapRun:
     def __init__(
         self,
@@ -225,6 +253,7 @@ class _MapRun:
         self.limits = ctx.limits
         self.result = MapResult(dataset=dataset.name, run_id=ctx.run_id, ctx=ctx)
         self.inflight_keys: set[str] = set()
+        self.sizes = _RowSizes()
         self.retained_bytes = 0
         self.total: int | None = None
         self.writer = TerminalRowWriter(
@@ -485,6 +514,7 @@ class _MapRun:
             )
             page = _Page(offset, observer)
             limiter = self.ctx.row_limiter
+            budget = self.ctx.row_budget
             async with open_nursery() as nursery:
                 await nursery.start(observer.run)
                 nursery.start_soon(self._keep_page, lease, page, nursery.cancel_scope)
@@ -492,8 +522,13 @@ class _MapRun:
                     for position, key, data in planned:
                         token = object()
                         await limiter.acquire_on_behalf_of(token)
+                        try:
+                            reserved = await budget.acquire(self.sizes.estimate())
+                        except BaseException:
+                            limiter.release_on_behalf_of(token)
+                            raise
                         page.outstanding += 1
-                        rows.start_soon(self._run_row, page, position, key, data, token)
+                        rows.start_soon(self._run_row, page, position, key, data, token, reserved)
                     page.spawning_done = True
                     spawned.set()
                     if page.outstanding == 0:
@@ -512,13 +547,19 @@ class _MapRun:
             slots.release()
 
     async def _run_row(
-        self, page: _Page, position: int, key: str, data: dict[str, Any], token: object
+        self,
+        page: _Page,
+        position: int,
+        key: str,
+        data: dict[str, Any],
+        token: object,
+        reserved: int,
     ) -> None:
-        limiter = self.ctx.row_limiter
         try:
             row, failure = await self._resolve(page, position, key, data)
             terminal_token = page.observer.terminal_queued()
             size = len(row.data_json) + len(key) + 64
+            self.sizes.observe(size)
             keep = data if row.status == "completed" else None
             await self.writer.admit(TerminalRow(row, size, page, terminal_token, keep))
             page.observer.terminal_admitted(terminal_token)
@@ -526,7 +567,8 @@ class _MapRun:
             page.row_settled()
             raise
         finally:
-            limiter.release_on_behalf_of(token)
+            self.ctx.row_limiter.release_on_behalf_of(token)
+            self.ctx.row_budget.release(reserved)
         if failure is not None and self.on_row_error == "fail":
             failure.add_note(f"trioplay: dataset {self.name!r}, row {key!r} failed")
             raise failure
@@ -548,6 +590,11 @@ class _MapRun:
                 text = dumps(data)
             except (TypeError, ValueError):
                 raise _not_serialisable(data, self.dataset.columns) from None
+            if len(text) > self.limits.active_rows_budget_bytes:
+                raise MapMemoryLimitError(
+                    f"the row is {len(text):,} bytes as JSON, more than "
+                    f"active_rows_budget_bytes={self.limits.active_rows_budget_bytes:,}"
+                )
         except _FATAL as exc:
             exc.add_note(f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}")
             raise

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import trio
 
+from ._budget import ByteBudget
 from ._context import PlayContext
 from ._dispatch import Dispatcher, DispatchStats
 from ._errors import PlayDefinitionError, PlayInputError, format_error
@@ -106,6 +107,7 @@ class Runtime:
         self.wall_clock = wall_clock
         self.governor = Governor(limits.max_concurrent_external_calls)
         self.row_limiter = trio.CapacityLimiter(limits.max_concurrent_rows)
+        self.row_budget = ByteBudget(limits.active_rows_budget_bytes)
         self.owner = current_owner()
         self.last_stats: DispatchStats | None = None
 

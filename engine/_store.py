@@ -188,9 +188,7 @@ class Store(Protocol):
         """Extend live page leases; ``None`` where the lease is no longer ours."""
         ...
 
-    async def finish_page(
-        self, lease: PageLease, *, attempt: int, failed: int, now: float
-    ) -> bool:
+    async def finish_page(self, lease: PageLease, *, attempt: int, failed: int, now: float) -> bool:
         """Mark a page done (fenced by its lease); ``False`` if the lease was not ours."""
         ...
 

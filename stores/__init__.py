@@ -6,9 +6,7 @@ lazily, so using SQLite never imports psycopg.
 
 from __future__ import annotations
 
-from trioplay import Store
-
-DEFAULT_STORE_URL = "sqlite:///.trioplay/trioplay.db"
+from trioplay import DEFAULT_STORE_URL, Store
 
 
 def open_store(url: str) -> Store:

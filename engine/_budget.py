@@ -1,0 +1,50 @@
+"""A byte budget: admission of work by its estimated size.
+
+Rows are admitted while their estimated bytes fit ``active_rows_budget_bytes``
+(shared by every map of a runtime), so a map whose rows grow large (tools
+returning megabytes) runs fewer rows at once instead of running out of memory.
+Waiters are served in arrival order, so a large row is not starved by small ones.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import trio
+
+
+class ByteBudget:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._waiters: deque[tuple[int, trio.Event]] = deque()
+
+    async def acquire(self, size: int) -> int:
+        """Wait until ``size`` bytes fit; returns the amount taken (capped at capacity)."""
+        size = min(size, self.capacity)
+        if not self._waiters and self.used + size <= self.capacity:
+            self.used += size
+            await trio.lowlevel.checkpoint()
+            return size
+        entry = (size, trio.Event())
+        self._waiters.append(entry)
+        try:
+            await entry[1].wait()
+        except BaseException:
+            if entry[1].is_set():
+                self.release(size)  # granted just as we were cancelled
+            else:
+                self._waiters.remove(entry)
+                self._wake()
+            raise
+        return size
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.used + self._waiters[0][0] <= self.capacity:
+            size, event = self._waiters.popleft()
+            self.used += size
+            event.set()

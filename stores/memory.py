@@ -1,0 +1,531 @@
+"""``memory://``: a store that lives in process memory, for tests and scenarios.
+
+It is also the reference implementation of the lease rules: the pure functions
+:func:`decide_claims` (receipts) and :func:`decide_page` (dataset pages)
+decide without writing, and the SQLite store applies the same functions inside
+its transactions, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections import Counter
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+import trio
+
+from trioplay import (
+    Claimed,
+    ClaimOutcome,
+    ClaimRequest,
+    Completion,
+    Failure,
+    Held,
+    Lease,
+    PageClaim,
+    PageLease,
+    Receipt,
+    RunRecord,
+    Settled,
+    SheetEntry,
+    SheetRow,
+    StoreError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from trioplay._records import RowStatus, RunStatus
+
+URL = "memory://"
+
+
+def decide_claims(
+    requests: Sequence[ClaimRequest],
+    stored: Mapping[str, Receipt],
+    *,
+    owner: str,
+    lease_ttl: float,
+    now: float,
+) -> tuple[list[ClaimOutcome], list[Receipt]]:
+    """Answer a batch of claims against the ``stored`` receipts, without writing.
+
+    Returns the outcome per request and the receipts to store for the claimed
+    keys. ``stored`` needs only the requested keys; it is not modified.
+    """
+    outcomes: list[ClaimOutcome] = []
+    claimed: dict[str, Receipt] = {}
+    lease_expires_at = now + lease_ttl
+    for request in requests:
+        key = request.key
+        mine = claimed.get(key)
+        if mine is not None:
+            # A repeated key is claimed once; the repeat sees our own lease.
+            outcomes.append(Held(mine))
+            continue
+        receipt = stored.get(key)
+        if _claim_allowed(request, receipt, now):
+            lease_id = os.urandom(16).hex()
+            mine = _claimed_receipt(request, receipt, lease_id, owner, lease_expires_at, now)
+            claimed[key] = mine
+            outcomes.append(Claimed(key, lease_id, lease_expires_at, mine.attempts))
+        elif receipt is not None and receipt.status == "running":
+            outcomes.append(Held(receipt))
+        else:
+            assert receipt is not None
+            outcomes.append(Settled(receipt))
+    return outcomes, list(claimed.values())
+
+
+def _claim_allowed(request: ClaimRequest, receipt: Receipt | None, now: float) -> bool:
+    # The decision table of ClaimRequest's docstring, in the same order.
+    if receipt is None or receipt.status == "pending":
+        return True
+    if receipt.status == "running":
+        expires = receipt.lease_expires_at
+        if expires is None or expires <= now:
+            return True
+        return request.takeover_lease is not None and request.takeover_lease == receipt.lease_id
+    if receipt.status == "failed":
+        return request.force or request.refresh_failed
+    if request.force:
+        return True
+    stale_after, completed_at = request.stale_after, receipt.completed_at
+    return (
+        stale_after is not None and completed_at is not None and completed_at <= now - stale_after
+    )
+
+
+def _claimed_receipt(
+    request: ClaimRequest,
+    receipt: Receipt | None,
+    lease_id: str,
+    owner: str,
+    lease_expires_at: float,
+    now: float,
+) -> Receipt:
+    # A running receipt carries no payload: a refresh drops the old result or
+    # error. created_at survives from the first claim.
+    return Receipt(
+        key=request.key,
+        operation=request.operation,
+        name=request.name,
+        status="running",
+        run_id=request.run_id,
+        lease_id=lease_id,
+        lease_expires_at=lease_expires_at,
+        owner=owner,
+        attempts=(receipt.attempts if receipt is not None else 0) + 1,
+        created_at=receipt.created_at if receipt is not None else now,
+        updated_at=now,
+    )
+
+
+def _settled(
+    receipt: Receipt,
+    status: Literal["completed", "failed"],
+    result_json: str | None,
+    error_json: str | None,
+    now: float,
+) -> Receipt:
+    # attrs.evolve costs as much as the rest of a completion, on the hot path.
+    return Receipt(
+        receipt.key,
+        receipt.operation,
+        receipt.name,
+        status,
+        receipt.run_id,
+        receipt.lease_id,
+        None,
+        receipt.owner,
+        receipt.attempts,
+        result_json,
+        error_json,
+        receipt.created_at,
+        now,
+        now,
+    )
+
+
+@attrs.frozen
+class PageRecord:
+    """A dataset page's lease as a store keeps it.
+
+    ``status`` is ``running`` (leased), ``done`` (finished by ``attempt`` with
+    ``failed`` failed rows) or ``pending`` (released, or never finished).
+    """
+
+    status: Literal["pending", "running", "done"]
+    lease_id: str | None = None
+    lease_expires_at: float | None = None
+    owner: str | None = None
+    attempt: int = 0
+    failed: int = 0
+    updated_at: float = 0.0
+
+
+def decide_page(
+    page: PageRecord | None,
+    *,
+    owner: str,
+    lease_ttl: float,
+    now: float,
+    takeover_lease: str | None,
+    reopen: bool,
+) -> tuple[PageClaim, PageRecord | None]:
+    """Answer ``claim_page`` for the stored ``page``, without writing.
+
+    Returns the answer and, when the page is claimed, the record to store.
+    """
+    if page is not None:
+        expires = page.lease_expires_at
+        live = page.status == "running" and expires is not None and expires > now
+        if live and (takeover_lease is None or takeover_lease != page.lease_id):
+            return PageClaim("held", page.lease_id, expires, page.owner), None
+        if page.status == "done" and not reopen:
+            return PageClaim("done", attempt=page.attempt, failed=page.failed), None
+    lease_id = os.urandom(16).hex()
+    lease_expires_at = now + lease_ttl
+    claimed = PageRecord(
+        "running",
+        lease_id,
+        lease_expires_at,
+        owner,
+        page.attempt if page is not None else 0,
+        page.failed if page is not None else 0,
+        now,
+    )
+    return PageClaim("claimed", lease_id, lease_expires_at, owner), claimed
+
+
+@attrs.define
+class _Sheet:
+    rows: dict[str, SheetRow] = attrs.Factory(dict)
+    # Rows by position, rebuilt lazily after a write: sheets are written
+    # during a map and read after it, so one sort serves every page read.
+    ordered: list[SheetRow] | None = None
+    positions: list[int] = attrs.Factory(list)
+
+    def by_position(self) -> tuple[list[SheetRow], list[int]]:
+        if self.ordered is None:
+            self.ordered = sorted(self.rows.values(), key=lambda row: row.position)
+            self.positions = [row.position for row in self.ordered]
+        return self.ordered, self.positions
+
+
+class MemoryStore:
+    """A :class:`trioplay.Store` in plain dicts, lost when the process exits.
+
+    Every method is one synchronous step after a checkpoint, so it is
+    atomic, cancellable before it acts, and never waits in real time: it is
+    the store to use under ``trio.testing.MockClock(autojump_threshold=0)``.
+
+    Two fault-injection hooks serve writer and stall tests:
+
+    - ``write_delay`` (seconds, virtual-time friendly) makes
+      ``write_terminal_rows`` sleep before it commits; cancelling it during
+      the sleep writes nothing;
+    - :meth:`fail_writes` makes ``write_terminal_rows`` raise the given error,
+      without writing, until it is called again with ``None``.
+    """
+
+    def __init__(self, *, write_delay: float = 0.0) -> None:
+        self._write_delay = write_delay
+        self._write_error: BaseException | None = None
+        self._runs: dict[str, RunRecord] = {}
+        self._receipts: dict[str, Receipt] = {}
+        self._sheets: dict[tuple[str, str], _Sheet] = {}
+        self._pages: dict[tuple[str, str, int], PageRecord] = {}
+
+    @property
+    def url(self) -> str:
+        return URL
+
+    def fail_writes(self, error: BaseException | None) -> None:
+        """Make ``write_terminal_rows`` raise ``error`` from now on (``None`` heals it)."""
+        self._write_error = error
+
+    async def open(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    # -- runs ---------------------------------------------------------------
+    async def begin_attempt(
+        self, run_id: str, play: str, input_json: str, *, now: float
+    ) -> RunRecord:
+        await trio.lowlevel.checkpoint()
+        previous = self._runs.get(run_id)
+        record = RunRecord(
+            run_id=run_id,
+            play=play,
+            input_json=input_json,
+            status="running",
+            attempt=previous.attempt + 1 if previous is not None else 1,
+            created_at=previous.created_at if previous is not None else now,
+            updated_at=now,
+        )
+        self._runs[run_id] = record
+        return record
+
+    async def finish_attempt(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        now: float,
+        output_json: str | None = None,
+        error: str | None = None,
+        stats_json: str | None = None,
+    ) -> None:
+        await trio.lowlevel.checkpoint()
+        record = self._runs.get(run_id)
+        if record is None:
+            raise StoreError(f"{URL}: finish_attempt: unknown run {run_id!r}")
+        self._runs[run_id] = attrs.evolve(
+            record,
+            status=status,
+            updated_at=now,
+            output_json=output_json,
+            error=error,
+            stats_json=stats_json,
+        )
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        await trio.lowlevel.checkpoint()
+        return self._runs.get(run_id)
+
+    async def list_runs(self, *, limit: int = 50) -> list[RunRecord]:
+        await trio.lowlevel.checkpoint()
+        # Ties on updated_at go to the run created last, as in SQL by rowid.
+        newest = sorted(
+            enumerate(self._runs.values()),
+            key=lambda item: (item[1].updated_at, item[0]),
+            reverse=True,
+        )
+        return [record for _, record in newest[:limit]]
+
+    # -- receipts -----------------------------------------------------------
+    async def claim_many(
+        self, requests: Sequence[ClaimRequest], *, owner: str, lease_ttl: float, now: float
+    ) -> list[ClaimOutcome]:
+        await trio.lowlevel.checkpoint()
+        outcomes, claimed = decide_claims(
+            requests, self._receipts, owner=owner, lease_ttl=lease_ttl, now=now
+        )
+        self._receipts.update((receipt.key, receipt) for receipt in claimed)
+        return outcomes
+
+    def _leased(self, key: str, lease_id: str) -> Receipt | None:
+        receipt = self._receipts.get(key)
+        if receipt is None or receipt.status != "running" or receipt.lease_id != lease_id:
+            return None
+        return receipt
+
+    async def heartbeat_many(
+        self, leases: Sequence[Lease], *, lease_ttl: float, now: float
+    ) -> list[float | None]:
+        await trio.lowlevel.checkpoint()
+        expiries: list[float | None] = []
+        for lease in leases:
+            receipt = self._leased(lease.key, lease.lease_id)
+            if receipt is None:
+                expiries.append(None)
+                continue
+            expires = now + lease_ttl
+            self._receipts[lease.key] = attrs.evolve(
+                receipt, lease_expires_at=expires, updated_at=now
+            )
+            expiries.append(expires)
+        return expiries
+
+    async def complete_many(self, items: Sequence[Completion], *, now: float) -> list[bool]:
+        await trio.lowlevel.checkpoint()
+        done: list[bool] = []
+        for item in items:
+            receipt = self._leased(item.key, item.lease_id)
+            if receipt is not None:
+                completed = _settled(receipt, "completed", item.result_json, None, now)
+                self._receipts[item.key] = completed
+            done.append(receipt is not None)
+        return done
+
+    async def fail_many(self, items: Sequence[Failure], *, now: float) -> list[bool]:
+        await trio.lowlevel.checkpoint()
+        done: list[bool] = []
+        for item in items:
+            receipt = self._leased(item.key, item.lease_id)
+            if receipt is not None:
+                self._receipts[item.key] = _settled(receipt, "failed", None, item.error_json, now)
+            done.append(receipt is not None)
+        return done
+
+    async def release_many(self, leases: Sequence[Lease], *, now: float) -> list[bool]:
+        await trio.lowlevel.checkpoint()
+        done: list[bool] = []
+        for lease in leases:
+            receipt = self._leased(lease.key, lease.lease_id)
+            if receipt is not None:
+                self._receipts[lease.key] = attrs.evolve(
+                    receipt,
+                    status="pending",
+                    lease_id=None,
+                    lease_expires_at=None,
+                    owner=None,
+                    updated_at=now,
+                )
+            done.append(receipt is not None)
+        return done
+
+    async def get_many(self, keys: Sequence[str]) -> list[Receipt | None]:
+        await trio.lowlevel.checkpoint()
+        return [self._receipts.get(key) for key in keys]
+
+    async def count_receipts(self, run_id: str) -> dict[str, int]:
+        await trio.lowlevel.checkpoint()
+        return dict(Counter(r.status for r in self._receipts.values() if r.run_id == run_id))
+
+    # -- dataset sheets -----------------------------------------------------
+    async def write_terminal_rows(
+        self, run_id: str, dataset: str, rows: Sequence[SheetRow]
+    ) -> None:
+        if self._write_delay > 0:
+            await trio.sleep(self._write_delay)
+        else:
+            await trio.lowlevel.checkpoint()
+        if self._write_error is not None:
+            raise self._write_error
+        if not rows:
+            return
+        sheet = self._sheets.setdefault((run_id, dataset), _Sheet())
+        sheet.rows.update((row.key, row) for row in rows)
+        sheet.ordered = None
+
+    async def sheet_status(
+        self, run_id: str, dataset: str, keys: Sequence[str]
+    ) -> dict[str, SheetEntry]:
+        await trio.lowlevel.checkpoint()
+        sheet = self._sheets.get((run_id, dataset))
+        if sheet is None:
+            return {}
+        entries: dict[str, SheetEntry] = {}
+        for key in keys:
+            row = sheet.rows.get(key)
+            if row is not None:
+                entries[key] = SheetEntry(row.status, row.attempt)
+        return entries
+
+    async def read_rows(
+        self,
+        run_id: str,
+        dataset: str,
+        *,
+        status: RowStatus | None = None,
+        after_position: int = -1,
+        limit: int = 1000,
+    ) -> list[SheetRow]:
+        await trio.lowlevel.checkpoint()
+        sheet = self._sheets.get((run_id, dataset))
+        if sheet is None or limit <= 0:
+            return []
+        ordered, positions = sheet.by_position()
+        page: list[SheetRow] = []
+        for index in range(bisect.bisect_right(positions, after_position), len(ordered)):
+            row = ordered[index]
+            if status is None or row.status == status:
+                page.append(row)
+                if len(page) == limit:
+                    break
+        return page
+
+    async def count_rows(self, run_id: str, dataset: str) -> dict[str, int]:
+        await trio.lowlevel.checkpoint()
+        sheet = self._sheets.get((run_id, dataset))
+        if sheet is None:
+            return {}
+        return dict(Counter(row.status for row in sheet.rows.values()))
+
+    async def list_datasets(self, run_id: str) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return sorted(dataset for run, dataset in self._sheets if run == run_id)
+
+    # -- page leases --------------------------------------------------------
+    async def claim_page(
+        self,
+        run_id: str,
+        dataset: str,
+        offset: int,
+        *,
+        owner: str,
+        lease_ttl: float,
+        now: float,
+        takeover_lease: str | None = None,
+        reopen: bool = False,
+    ) -> PageClaim:
+        await trio.lowlevel.checkpoint()
+        where = (run_id, dataset, offset)
+        answer, claimed = decide_page(
+            self._pages.get(where),
+            owner=owner,
+            lease_ttl=lease_ttl,
+            now=now,
+            takeover_lease=takeover_lease,
+            reopen=reopen,
+        )
+        if claimed is not None:
+            self._pages[where] = claimed
+        return answer
+
+    def _leased_page(self, lease: PageLease) -> PageRecord | None:
+        page = self._pages.get((lease.run_id, lease.dataset, lease.offset))
+        if page is None or page.status != "running" or page.lease_id != lease.lease_id:
+            return None
+        return page
+
+    async def heartbeat_pages(
+        self, leases: Sequence[PageLease], *, lease_ttl: float, now: float
+    ) -> list[float | None]:
+        await trio.lowlevel.checkpoint()
+        expiries: list[float | None] = []
+        for lease in leases:
+            page = self._leased_page(lease)
+            if page is None:
+                expiries.append(None)
+                continue
+            expires = now + lease_ttl
+            self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
+                page, lease_expires_at=expires, updated_at=now
+            )
+            expiries.append(expires)
+        return expiries
+
+    async def finish_page(self, lease: PageLease, *, attempt: int, failed: int, now: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        page = self._leased_page(lease)
+        if page is None:
+            return False
+        self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
+            page,
+            status="done",
+            lease_expires_at=None,
+            attempt=attempt,
+            failed=failed,
+            updated_at=now,
+        )
+        return True
+
+    async def release_page(self, lease: PageLease, *, now: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        page = self._leased_page(lease)
+        if page is None:
+            return False
+        self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
+            page, status="pending", lease_id=None, lease_expires_at=None, owner=None, updated_at=now
+        )
+        return True
+
+
+__all__ = ["MemoryStore", "PageRecord", "decide_claims", "decide_page"]
