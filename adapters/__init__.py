@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .http import HttpTool as HttpTool
 from .readers import CsvSource as CsvSource
 from .readers import JsonlSource as JsonlSource
 from .simulated import Latency as Latency

@@ -19,13 +19,20 @@ class ByteBudget:
         self.used = 0
         self._waiters: deque[tuple[int, trio.Event]] = deque()
 
-    async def acquire(self, size: int) -> int:
-        """Wait until ``size`` bytes fit; returns the amount taken (capped at capacity)."""
+    def try_acquire(self, size: int) -> int | None:
+        """Take ``size`` bytes now if they fit and nobody waits (no checkpoint)."""
         size = min(size, self.capacity)
         if not self._waiters and self.used + size <= self.capacity:
             self.used += size
-            await trio.lowlevel.checkpoint()
             return size
+        return None
+
+    async def acquire(self, size: int) -> int:
+        """Wait until ``size`` bytes fit; returns the amount taken (capped at capacity)."""
+        taken = self.try_acquire(size)
+        if taken is not None:
+            return taken
+        size = min(size, self.capacity)
         entry = (size, trio.Event())
         self._waiters.append(entry)
         try:

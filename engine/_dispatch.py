@@ -49,7 +49,6 @@ from ._errors import (
     error_from_record,
     error_to_record,
 )
-from ._groups import open_nursery
 from ._json import canonical_json, dumps, loads
 from ._owner import owner_is_dead
 from ._records import (
@@ -92,6 +91,8 @@ class _Call:
     """One logical effect and the callers waiting for it."""
 
     __slots__ = (
+        "claim",
+        "cohort",
         "done",
         "error",
         "execute",
@@ -105,6 +106,7 @@ class _Call:
         "lost",
         "name",
         "operation",
+        "ready",
         "receipt_wait",
         "record_failures",
         "scope",
@@ -145,7 +147,10 @@ class _Call:
         self.timeout = timeout
         self.receipt_wait = receipt_wait
         self.record_failures = record_failures
-        self.done = trio.Event()
+        self.done = trio.Event()  # the result (or error) is delivered
+        self.ready = trio.Event()  # delivered, or claimed for its owner to run
+        self.claim: Claimed | None = None
+        self.cohort: _Cohort | None = None
         self.value: Any = None
         self.error: BaseException | None = None
         self.settling = False  # its completion write is in flight (heartbeats skip it)
@@ -153,6 +158,16 @@ class _Call:
         self.expires_at = math.inf  # the last confirmed expiry of our lease
         self.lost = False  # a heartbeat found the lease gone
         self.scope: trio.CancelScope | None = None  # cancelled when the lease is lost
+
+
+class _Cohort:
+    """Calls claimed together: one heartbeat keeps their leases until all settle."""
+
+    __slots__ = ("remaining", "settled")
+
+    def __init__(self, size: int) -> None:
+        self.remaining = size
+        self.settled = trio.Event()
 
 
 class _Settler:
@@ -402,7 +417,7 @@ class Dispatcher:
             lane = self._lanes[tool_id] = _Lane(self, spec, self._limits)
             self.spawn(lane.run)
         lane.submit(call)
-        return await self._result_of(call)
+        return await self._run_owned(call)
 
     async def run_effect(
         self,
@@ -439,19 +454,37 @@ class Dispatcher:
         self._inflight[key] = call
         try:
             await self.process([call], inline=True)
+        except BaseException:
+            if not call.done.is_set():
+                self._deliver(call, error=_owner_gone(call))
+            raise
+        return await self._run_owned(call)
+
+    async def _run_owned(self, call: _Call) -> Any:
+        """Wait for the claim of our own call; if it is ours to run, run it here.
+
+        Running the provider call in the caller's task costs no task of its
+        own, and cancelling the caller cancels exactly its call.
+        """
+        try:
+            await call.ready.wait()
+            if not call.done.is_set():
+                claim = call.claim
+                assert claim is not None
+                await self._execute([(call, claim)], None)
         finally:
             if not call.done.is_set():
-                # The owner was cancelled: its followers must not wait forever.
-                self._deliver(
-                    call,
-                    error=ToolExecutionError(
-                        f"the {operation} {name!r} this call followed was cancelled"
-                    ),
-                )
-        return await self._result_of(call)
+                if call.claim is not None and not call.settling:
+                    await self._release_shielded([Lease(call.key, call.claim.lease_id)])
+                self._deliver(call, error=_owner_gone(call))
+        return self._outcome(call)
 
     async def _result_of(self, call: _Call) -> Any:
         await call.done.wait()
+        return self._outcome(call)
+
+    @staticmethod
+    def _outcome(call: _Call) -> Any:
         if call.error is not None:
             raise call.error
         return call.value
@@ -462,6 +495,12 @@ class Dispatcher:
         if self._inflight.get(call.key) is call:
             del self._inflight[call.key]
         call.done.set()
+        call.ready.set()
+        cohort = call.cohort
+        if cohort is not None:
+            cohort.remaining -= 1
+            if cohort.remaining == 0:
+                cohort.settled.set()
 
     # -- a batch ------------------------------------------------------------
     async def process(
@@ -512,11 +551,20 @@ class Dispatcher:
             else:
                 self.spawn(self._wait_held, call, outcome.receipt)
         if owned:
-            batch = spec.batch if spec is not None else None
-            if inline:
-                await self._run_cohort(owned, batch)
+            cohort = _Cohort(len(owned))
+            for call, claim in owned:
+                call.lease_id = claim.lease_id
+                call.expires_at = claim.lease_expires_at
+                call.cohort = cohort
+            self.spawn(self._heartbeat, [call for call, _ in owned], cohort)
+            if spec is not None and spec.batch is not None:
+                size = spec.batch_max or self._limits.tool_batch_max
+                for start in range(0, len(owned), size):
+                    self.spawn(self._execute, owned[start : start + size], spec.batch)
             else:
-                self.spawn(self._run_cohort, owned, batch)
+                for call, claim in owned:
+                    call.claim = claim
+                    call.ready.set()  # its owner runs it (see _run_owned)
         if settled:
             await self._hydrate(settled)
 
@@ -571,30 +619,7 @@ class Dispatcher:
         self._deliver(call, error=ReceiptWaitTimeout(call.key, waited))
 
     # -- execution ----------------------------------------------------------
-    async def _run_cohort(
-        self, owned: list[tuple[_Call, Claimed]], batch: BatchFunction | None
-    ) -> None:
-        """Execute the calls claimed together, with one heartbeat keeping their leases."""
-        for call, claim in owned:
-            call.lease_id = claim.lease_id
-            call.expires_at = claim.lease_expires_at
-        async with open_nursery() as cohort:
-            cohort.start_soon(self._heartbeat, [call for call, _ in owned])
-            async with open_nursery() as work:
-                if batch is not None:
-                    size = self._batch_size(owned[0][0])
-                    for start in range(0, len(owned), size):
-                        work.start_soon(self._execute, owned[start : start + size], batch)
-                else:
-                    for pair in owned:
-                        work.start_soon(self._execute, [pair], None)
-            cohort.cancel_scope.cancel()
-
-    def _batch_size(self, call: _Call) -> int:
-        spec = self._tools.get(call.name)
-        return spec.batch_max or self._limits.tool_batch_max
-
-    async def _heartbeat(self, calls: list[_Call]) -> None:
+    async def _heartbeat(self, calls: list[_Call], cohort: _Cohort) -> None:
         """Renew the cohort's leases every ``lease_ttl / 2``.
 
         Calls whose completion is being written are skipped, and a lease that
@@ -603,7 +628,9 @@ class Dispatcher:
         """
         interval = self._limits.lease_ttl / 2
         while True:
-            await trio.sleep(interval)
+            with trio.move_on_after(interval):
+                await cohort.settled.wait()
+                return
             live = [c for c in calls if not (c.settling or c.lost or c.done.is_set())]
             if not live:
                 return
@@ -832,6 +859,12 @@ def tool_receipt_key(tool_id: str, canonical_input: str, scope: str) -> str:
     """
     head = canonical_json(["tool", tool_id, scope]).encode()
     return hashlib.sha256(head + canonical_input.encode()).hexdigest()
+
+
+def _owner_gone(call: _Call) -> BaseException:
+    return ToolExecutionError(
+        f"the {call.operation} {call.name!r} this call followed was cancelled", tool_id=call.name
+    )
 
 
 def _idempotency_key(key: str, lease_id: str | None) -> str:

@@ -521,9 +521,15 @@ class _MapRun:
                 async with open_nursery() as rows:
                     for position, key, data in planned:
                         token = object()
-                        await limiter.acquire_on_behalf_of(token)
                         try:
-                            reserved = await budget.acquire(self.sizes.estimate())
+                            limiter.acquire_on_behalf_of_nowait(token)
+                        except trio.WouldBlock:
+                            await limiter.acquire_on_behalf_of(token)
+                        try:
+                            estimate = self.sizes.estimate()
+                            reserved = budget.try_acquire(estimate)
+                            if reserved is None:
+                                reserved = await budget.acquire(estimate)
                         except BaseException:
                             limiter.release_on_behalf_of(token)
                             raise

@@ -1,9 +1,11 @@
-"""The terminal-row writer: one task per dataset run, fed by a memory channel.
+"""The terminal-row writer: one task per dataset run.
 
-Rows arrive over an unbuffered channel, so a row is *admitted* exactly when
-the writer takes it into its buffer; while the buffer holds
-``writer_buffer_bytes`` the writer stops receiving and senders wait
-(backpressure). A batch is written in one store transaction when the buffer
+A row is *admitted* when it enters the writer's buffer. While the buffer holds
+``writer_buffer_bytes`` or more, :meth:`TerminalRowWriter.admit` waits
+(backpressure); otherwise it appends at once, without a trip through the
+scheduler (DESIGN §3.2 says "memory channel": a channel costs two task
+switches per row, which the map's hot path cannot afford; admission means the
+same thing here). A batch is written in one store transaction when the buffer
 is full or ``writer_max_flush`` after its first row arrived, whichever comes
 first; only then is each row *committed* (``on_commit``). One batch is
 written at a time while the next one fills, so at most twice the buffer is in
@@ -21,8 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
-
-from ._groups import open_nursery
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -76,12 +76,11 @@ class TerminalRowWriter:
         self._max_flush = max_flush
         self._cleanup_timeout = cleanup_timeout
         self._on_commit = on_commit
-        self._send, self._receive = trio.open_memory_channel[TerminalRow](0)
         self._buffer: list[TerminalRow] = []
         self._buffered_bytes = 0
         self._first_at = 0.0
         self._input_closed = False
-        self._wakeup = trio.Event()  # rows arrived, the buffer filled, or input closed
+        self._wakeup = trio.Event()  # the first row arrived, the buffer filled, or input closed
         self._space = trio.Event()  # a batch left the buffer
         self._active: list[TerminalRow] = []
         self._active_started_at: float | None = None
@@ -94,17 +93,29 @@ class TerminalRowWriter:
         """Hand a row to the writer; returns once it is in the buffer."""
         if self.error is not None:
             raise self.error
-        self._blocked += 1
-        try:
-            await self._send.send(item)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            raise self.error or RuntimeError("the terminal-row writer has stopped") from None
-        finally:
-            self._blocked -= 1
+        if self._buffered_bytes >= self._cap or self._blocked:
+            self._blocked += 1
+            try:
+                while self._buffered_bytes >= self._cap:
+                    await self._space.wait()
+                    if self.error is not None:
+                        raise self.error
+            finally:
+                self._blocked -= 1
+        if self._input_closed:
+            raise RuntimeError("the terminal-row writer has stopped")
+        if not self._buffer:
+            self._first_at = trio.current_time()
+            self._wakeup.set()
+        self._buffer.append(item)
+        self._buffered_bytes += item.size
+        if self._buffered_bytes >= self._cap:
+            self._wakeup.set()
 
     def close_input(self) -> None:
         """No more rows: the writer commits what it holds and finishes."""
-        self._send.close()
+        self._input_closed = True
+        self._wakeup.set()
 
     def diagnostics(self) -> WriterDiagnostics:
         return WriterDiagnostics(
@@ -118,28 +129,11 @@ class TerminalRowWriter:
     # -- the task -----------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            async with open_nursery() as nursery:
-                nursery.start_soon(self._receive_loop)
-                task_status.started()
-                await self._flush_loop()
-                nursery.cancel_scope.cancel()
+            task_status.started()
+            await self._flush_loop()
         finally:
-            self._receive.close()
+            self._space.set()  # wake blocked producers: they see the error or the end
             self.finished.set()
-
-    async def _receive_loop(self) -> None:
-        async with self._receive:
-            async for item in self._receive:
-                if not self._buffer:
-                    self._first_at = trio.current_time()
-                self._buffer.append(item)
-                self._buffered_bytes += item.size
-                if len(self._buffer) == 1 or self._buffered_bytes >= self._cap:
-                    self._wakeup.set()
-                while self._buffered_bytes >= self._cap:
-                    await self._space.wait()
-        self._input_closed = True
-        self._wakeup.set()
 
     async def _flush_loop(self) -> None:
         try:
