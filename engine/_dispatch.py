@@ -27,6 +27,7 @@ the run fails with :class:`PersistenceLatchTripped`.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import logging
@@ -719,17 +720,17 @@ class Dispatcher:
             if any(call.lost for call, _ in owned):
                 results = [LeaseLost(call.key) for call, _ in owned]
             elif scope.cancelled_caught:
-                results = [ToolTimeout(first.name, timeout)] * len(owned)
+                results = [ToolTimeout(first.name, timeout) for _ in owned]
             elif len(results) != len(owned):
-                results = [
-                    ToolExecutionError(
-                        f"batch tool {first.name!r} returned {len(results)} results "
-                        f"for {len(owned)} inputs",
-                        tool_id=first.name,
-                    )
-                ] * len(owned)
+                message = (
+                    f"batch tool {first.name!r} returned {len(results)} results "
+                    f"for {len(owned)} inputs"
+                )
+                results = [ToolExecutionError(message, tool_id=first.name) for _ in owned]
         except Exception as exc:
-            results = [exc] * len(owned)
+            # Each member raises its own exception object: one object raised in
+            # many tasks would tangle their tracebacks.
+            results = [exc, *(_copy_error(exc) for _ in owned[1:])]
         await self._settle(owned, results)
 
     def _classify(self, call: _Call, error: BaseException) -> tuple[BaseException, bool]:
@@ -859,6 +860,12 @@ def tool_receipt_key(tool_id: str, canonical_input: str, scope: str) -> str:
     """
     head = canonical_json(["tool", tool_id, scope]).encode()
     return hashlib.sha256(head + canonical_input.encode()).hexdigest()
+
+
+def _copy_error(error: Exception) -> Exception:
+    duplicate = copy.copy(error)
+    duplicate.__cause__ = error.__cause__
+    return duplicate.with_traceback(None)
 
 
 def _owner_gone(call: _Call) -> BaseException:
