@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -22,6 +22,10 @@ import trio
 import trioplay
 
 from .crash_play import CONCURRENCY
+from .test_postgres import DSN, drop_schema, new_schema_name, require_postgres, with_schema
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = 20_000
@@ -62,9 +66,17 @@ def check_sheet(keys: list[str]) -> None:
     assert set(keys) == {f"d{i}.example" for i in range(ROWS)}
 
 
-@pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/coop.db"
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/coop.db"
+        return
+    require_postgres()
+    schema = new_schema_name()
+    try:
+        yield with_schema(DSN, schema)
+    finally:
+        drop_schema(schema)
 
 
 @pytest.mark.deadline(600)

@@ -34,6 +34,8 @@ from trioplay import (
 from trioplay.stores.memory import MemoryStore
 from trioplay.stores.sqlite import SqliteStore
 
+from .test_postgres import scratch_store
+
 TTL = 10.0
 KEYS = ("k1", "k2")
 OWNERS = ("a", "b", "c")
@@ -203,13 +205,24 @@ def sqlite_store(tmp_path: Path) -> Callable[[], Store]:
     return lambda: SqliteStore(tmp_path / f"machine-{next(counter)}.db")
 
 
+def postgres_store(_tmp_path: Path) -> Callable[[], Store]:
+    return scratch_store  # a schema of its own per example, dropped on close
+
+
 STORES: dict[str, Callable[[Path], Callable[[], Store]]] = {
     "memory": lambda _tmp: MemoryStore,
     "sqlite": sqlite_store,
+    "postgres": postgres_store,
 }
 
 
-@pytest.mark.parametrize("kind", list(STORES))
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(kind, marks=[pytest.mark.postgres] if kind == "postgres" else [])
+        for kind in STORES
+    ],
+)
 def test_receipt_protocol_state_machine(kind: str, tmp_path: Path) -> None:
     machine = machine_for(STORES[kind](tmp_path))
     run_state_machine_as_test(

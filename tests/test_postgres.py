@@ -1,0 +1,716 @@
+"""The PostgreSQL store: its Trio bridge, lost connections, and a cut network.
+
+The server is the one named by ``TRIOPLAY_TEST_POSTGRES`` (default
+``postgresql://postgres@127.0.0.1:5432/test``). Each test works in a schema
+of its own, dropped afterwards, so tests never see each other's runs. When
+the server cannot be reached the tests are skipped with the reason, except
+under ``CI=true``, where they fail: CI must never pass without PostgreSQL.
+
+:func:`scratch_store` is also the postgres factory of the shared contract
+suite (``tests/test_store_contract.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+import trio
+
+import trioplay
+from trioplay import ClaimRequest, Completion, SheetRow, StoreError
+from trioplay.stores import open_store
+from trioplay.stores.postgres import SCHEMA_VERSION, PostgresStore
+
+from .support import CountingTool, find_email, registry
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterator
+    from pathlib import Path
+
+DSN = os.environ.get("TRIOPLAY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+NOW = 1_000.0
+TTL = 60.0
+
+pytestmark = [pytest.mark.postgres, pytest.mark.deadline(30)]
+
+
+# -- the server, and a schema per test -------------------------------------------
+
+
+@functools.cache
+def _unreachable() -> str | None:
+    """Why the test server cannot be used, or None if it can."""
+    try:
+        with psycopg.connect(DSN, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return " ".join(str(exc).split())
+    return None
+
+
+def require_postgres() -> None:
+    """Skip (fail under ``CI=true``) when the test server is unreachable."""
+    reason = _unreachable()
+    if reason is None:
+        return
+    where = PostgresStore.from_url(DSN).url
+    message = (
+        f"PostgreSQL at {where} is unreachable ({reason}); start it or point"
+        " TRIOPLAY_TEST_POSTGRES at one"
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{message} (CI=true: PostgreSQL tests must run)", pytrace=False)
+    pytest.skip(f"SKIPPED POSTGRES TESTS: {message}")
+
+
+def _admin(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(DSN, autocommit=True, connect_timeout=5) as conn:
+        cursor = conn.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def drop_schema(schema: str) -> None:
+    _admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def new_schema_name() -> str:
+    return f"t_{uuid.uuid4().hex[:16]}"
+
+
+def with_schema(url: str, schema: str, **params: str) -> str:
+    query = "&".join(f"{k}={v}" for k, v in {"schema": schema, **params}.items())
+    return f"{url}{'&' if '?' in url else '?'}{query}"
+
+
+class ScratchPostgresStore(PostgresStore):
+    """A store in a fresh schema that it drops when closed."""
+
+    def __init__(self, conninfo: str = DSN, **options: Any) -> None:
+        super().__init__(conninfo, schema=new_schema_name(), **options)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(drop_schema, self.schema)
+
+
+def scratch_store(_tmp_path: Path | None = None) -> PostgresStore:
+    """An unopened store in a schema of its own (the contract suite's factory)."""
+    require_postgres()
+    return ScratchPostgresStore()
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    require_postgres()
+    name = new_schema_name()
+    try:
+        yield name
+    finally:
+        drop_schema(name)
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[PostgresStore]:
+    opened = scratch_store()
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+def req(key: str, **options: Any) -> ClaimRequest:
+    return ClaimRequest(key=key, operation="tool", name="finder", run_id="run-1", **options)
+
+
+def row(key: str, position: int) -> SheetRow:
+    return SheetRow(key, position, "completed", f'{{"k":"{key}"}}')
+
+
+# -- watching the server from another connection ---------------------------------
+
+
+def _active(pattern: str, *, waiting_on_lock: bool = False) -> list[int]:
+    """Pids of other backends running a statement whose text matches ``pattern``."""
+    lock = " AND wait_event_type = 'Lock'" if waiting_on_lock else ""
+    rows = _admin(
+        "SELECT pid FROM pg_stat_activity WHERE state = 'active'"
+        f" AND pid <> pg_backend_pid() AND query LIKE %s{lock}",
+        (pattern,),
+    )
+    return [pid for (pid,) in rows]
+
+
+async def until_active(pattern: str, *, waiting_on_lock: bool = False) -> list[int]:
+    """Poll (bounded) until a backend runs a matching statement; its pids."""
+    with trio.fail_after(10):
+        while True:
+            pids = await trio.to_thread.run_sync(
+                functools.partial(_active, pattern, waiting_on_lock=waiting_on_lock)
+            )
+            if pids:
+                return pids
+            await trio.sleep(0.01)
+
+
+async def eventually(check: Callable[[], object], *, timeout: float = 5.0) -> None:
+    """Poll the blocking ``check`` (in a thread) until it is true; fail after ``timeout``."""
+    with trio.fail_after(timeout):
+        while True:
+            if await trio.to_thread.run_sync(check):
+                return
+            await trio.sleep(0.01)
+
+
+async def until_gone(pattern: str) -> None:
+    """Poll (bounded) until no backend runs a matching statement."""
+    await eventually(lambda: not _active(pattern))
+
+
+class HeldLock:
+    """Another session that holds a lock in an open transaction until released."""
+
+    def __init__(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        self._sql, self._params = sql, params
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def _take(self) -> None:
+        self._conn = psycopg.connect(DSN, connect_timeout=5)
+        self._conn.execute(self._sql, self._params)
+
+    def _release(self) -> None:
+        if self._conn is not None:
+            self._conn.rollback()
+            self._conn.close()
+
+    async def __aenter__(self) -> HeldLock:
+        await trio.to_thread.run_sync(self._take)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._release)
+
+
+async def cancel_when(
+    call: Callable[[], Any], ready: Callable[[], Any]
+) -> tuple[trio.CancelScope, float]:
+    """Run ``call`` in a cancel scope, cancel it once ``ready()`` returns, time the return."""
+    scope = trio.CancelScope()
+    returned = trio.Event()
+
+    async def run() -> None:
+        with scope:
+            await call()
+        returned.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        await ready()
+        cancelled_at = time.monotonic()
+        scope.cancel()
+        await returned.wait()
+        elapsed = time.monotonic() - cancelled_at
+    return scope, elapsed
+
+
+# -- cancellation reaches the server -----------------------------------------------
+
+
+async def test_cancelling_a_sleeping_query_cancels_it_on_the_server(store: PostgresStore) -> None:
+    marker = f"sleep-{uuid.uuid4().hex}"
+
+    def sleep(conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"SELECT pg_sleep(10) /* {marker} */")
+
+    # No public call sleeps on the server, so this test hands the store a job
+    # of its own through the one private entry point every call goes through.
+    scope, elapsed = await cancel_when(
+        lambda: store._call("sleep", sleep), lambda: until_active(f"%{marker}%")
+    )
+    assert scope.cancelled_caught
+    assert elapsed < 0.5
+    await until_gone(f"%{marker}%")
+    assert await store.get_run("run-1") is None  # and the store goes on working
+
+
+async def test_a_job_that_ends_despite_the_cancel_hands_back_its_result(
+    store: PostgresStore,
+) -> None:
+    def busy_off_the_server(_conn: psycopg.Connection[Any]) -> str:
+        time.sleep(0.2)  # nothing runs on the server, so there is nothing to cancel
+        return "done"
+
+    got: list[str] = []
+    with trio.move_on_after(0.05) as scope:
+        got.append(await store._call("busy", busy_off_the_server))
+        await trio.lowlevel.checkpoint()  # the cancellation is delivered here
+        got.append("never")
+    assert scope.cancelled_caught
+    assert got == ["done"]
+
+
+@pytest.mark.parametrize("operation", ["claim_many", "write_terminal_rows"])
+async def test_cancelling_a_lock_wait_cancels_it_on_the_server(
+    store: PostgresStore, operation: str
+) -> None:
+    s = f'"{store.schema}"'
+    [first] = await store.claim_many([req("k")], owner="w1", lease_ttl=TTL, now=NOW)
+    if operation == "claim_many":
+        lock = HeldLock(f"SELECT 1 FROM {s}.receipts WHERE key = 'k' FOR UPDATE")
+
+        async def call() -> Any:
+            return await store.claim_many([req("k")], owner="w2", lease_ttl=TTL, now=NOW + TTL)
+    else:
+        lock = HeldLock(f"LOCK TABLE {s}.sheet_rows IN ACCESS EXCLUSIVE MODE")
+
+        async def call() -> Any:
+            await store.write_terminal_rows("run-1", "leads", [row("a", 0), row("b", 1)])
+
+    pattern = f"%{s}.%"
+    async with lock:
+        scope, elapsed = await cancel_when(
+            call, lambda: until_active(pattern, waiting_on_lock=True)
+        )
+        assert scope.cancelled_caught
+        assert elapsed < 0.5
+        await until_gone(pattern)
+    # The cancelled call happened not at all, and the store goes on working.
+    assert await store.count_rows("run-1", "leads") == {}
+    [stored] = await store.get_many(["k"])
+    assert stored is not None
+    assert (stored.owner, stored.attempts, stored.lease_id) == ("w1", 1, first.lease_id)  # type: ignore[union-attr]
+    await store.write_terminal_rows("run-1", "leads", [row("a", 0)])
+    assert await store.count_rows("run-1", "leads") == {"completed": 1}
+
+
+async def test_a_call_waiting_for_a_connection_is_cancelled_at_once(schema: str) -> None:
+    store = PostgresStore(DSN, schema=schema, pool_size=1)
+    await store.open()
+    try:
+        s = f'"{schema}"'
+        async with HeldLock(f"LOCK TABLE {s}.sheet_rows IN ACCESS EXCLUSIVE MODE"):
+            async with trio.open_nursery() as nursery:
+                blocked = trio.CancelScope()
+
+                async def write() -> None:
+                    with blocked:
+                        await store.write_terminal_rows("run-1", "leads", [row("a", 0)])
+
+                nursery.start_soon(write)
+                await until_active(f"%{s}.%", waiting_on_lock=True)
+                # The only connection is busy: this call queues for it.
+                with trio.move_on_after(0.05) as queued:
+                    await store.claim_many([req("k")], owner="w1", lease_ttl=TTL, now=NOW)
+                assert queued.cancelled_caught
+                blocked.cancel()
+        assert await store.get_many(["k"]) == [None]
+    finally:
+        await store.aclose()
+
+
+# -- lost connections -------------------------------------------------------------
+
+
+async def test_a_terminated_backend_fails_the_call_clearly_and_the_next_call_reconnects(
+    store: PostgresStore,
+) -> None:
+    s = f'"{store.schema}"'
+    failure: list[BaseException] = []
+
+    async def write() -> None:
+        try:
+            await store.write_terminal_rows("run-1", "leads", [row("a", 0)])
+        except StoreError as exc:
+            failure.append(exc)
+
+    async with HeldLock(f"LOCK TABLE {s}.sheet_rows IN ACCESS EXCLUSIVE MODE"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write)
+            [pid] = await until_active(f"%{s}.%", waiting_on_lock=True)
+            await trio.to_thread.run_sync(_admin, "SELECT pg_terminate_backend(%s)", (pid,))
+    [error] = failure
+    assert str(error).startswith(f"{store.url}: write_terminal_rows: connection lost: ")
+    assert "terminating connection" in str(error)
+    assert isinstance(error.__cause__, psycopg.OperationalError)
+    # The write did not happen, and the next calls work on a new connection.
+    assert await store.count_rows("run-1", "leads") == {}
+    await store.write_terminal_rows("run-1", "leads", [row("a", 0)])
+    assert await store.count_rows("run-1", "leads") == {"completed": 1}
+
+
+async def test_idle_connections_the_server_dropped_are_replaced_without_an_error(
+    store: PostgresStore,
+) -> None:
+    s = f'"{store.schema}"'
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):  # one call per pooled connection, so that all four connect
+            nursery.start_soon(store.count_rows, "run-1", "leads")
+    pids = [
+        pid
+        for (pid,) in await trio.to_thread.run_sync(
+            _admin,
+            "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE %s",
+            (f"%{s}.%",),
+        )
+    ]
+    assert len(pids) == 4
+    await trio.to_thread.run_sync(
+        _admin, "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (pids,)
+    )
+    await eventually(
+        lambda: not _admin("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,))
+    )
+    async with trio.open_nursery() as nursery:
+        for i in range(8):
+            nursery.start_soon(store.write_terminal_rows, "run-1", "leads", [row(f"k{i}", i)])
+    assert await store.count_rows("run-1", "leads") == {"completed": 8}
+
+
+async def test_an_unreachable_server_is_a_clear_error_without_the_password(schema: str) -> None:
+    with trio.socket.socket() as sock:  # a port nobody listens on
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = PostgresStore.from_url(
+        f"postgresql://alice:s3cret-pw@127.0.0.1:{port}/nowhere?schema={schema}"
+    )
+    assert store.url == f"postgresql://alice@127.0.0.1:{port}/nowhere?schema={schema}"
+    with pytest.raises(StoreError) as raised:
+        await store.open()
+    message = str(raised.value)
+    assert message.startswith(f"{store.url}: open: cannot connect: ")
+    assert "s3cret-pw" not in message
+    with pytest.raises(StoreError, match="not open"):
+        await store.get_run("run-1")
+
+
+# -- schema, URL, lifecycle ----------------------------------------------------------
+
+
+async def test_the_schema_comes_from_the_url_and_data_survives_reopening(schema: str) -> None:
+    url = with_schema(DSN, schema, pool_size="2")
+    first = open_store(url)
+    assert isinstance(first, PostgresStore)
+    assert first.schema == schema
+    await first.open()
+    try:
+        await first.begin_attempt("run-1", "p", "{}", now=NOW)
+        [claimed] = await first.claim_many([req("k")], owner="w1", lease_ttl=TTL, now=NOW)
+        assert await first.complete_many([Completion("k", claimed.lease_id, "1")], now=NOW)  # type: ignore[union-attr]
+        await first.write_terminal_rows("run-1", "leads", [row("a", 0)])
+    finally:
+        await first.aclose()
+    tables = await trio.to_thread.run_sync(
+        _admin, "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (schema,)
+    )
+    assert [t for (t,) in tables] == ["pages", "receipts", "runs", "schema_version", "sheet_rows"]
+
+    second = PostgresStore.from_url(url)
+    await second.open()
+    try:
+        assert await second.get_run("run-1") is not None
+        [found] = await second.get_many(["k"])
+        assert found is not None
+        assert found.result_json == "1"
+        assert await second.read_rows("run-1", "leads") == [row("a", 0)]
+    finally:
+        await second.aclose()
+
+
+async def test_stores_opening_one_new_schema_together_migrate_it_once(schema: str) -> None:
+    stores = [PostgresStore(DSN, schema=schema) for _ in range(4)]
+    try:
+        async with trio.open_nursery() as nursery:
+            for store in stores:
+                nursery.start_soon(store.open)
+        versions = await trio.to_thread.run_sync(
+            _admin, f'SELECT version FROM "{schema}".schema_version'
+        )
+        assert versions == [(SCHEMA_VERSION,)]
+        [claimed] = await stores[0].claim_many([req("k")], owner="w1", lease_ttl=TTL, now=NOW)
+        [held] = await stores[1].claim_many([req("k")], owner="w2", lease_ttl=TTL, now=NOW)
+        assert isinstance(held, trioplay.Held)
+        assert held.receipt.lease_id == claimed.lease_id  # type: ignore[union-attr]
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+async def test_a_newer_schema_is_refused(schema: str) -> None:
+    store = PostgresStore(DSN, schema=schema)
+    await store.open()
+    await store.aclose()
+    await trio.to_thread.run_sync(
+        _admin, f'UPDATE "{schema}".schema_version SET version = %s', (SCHEMA_VERSION + 1,)
+    )
+    with pytest.raises(
+        StoreError, match=rf"schema version {SCHEMA_VERSION + 1}, newer than {SCHEMA_VERSION}"
+    ) as raised:
+        await store.open()
+    assert str(raised.value).startswith(f"{store.url}: open: ")
+    with pytest.raises(StoreError, match="not open"):
+        await store.get_run("run-1")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql://alice:pw@db.example:6543/prod?schema=s1&pool_size=2&sslmode=require",
+            "postgresql://alice@db.example:6543/prod?schema=s1",
+        ),
+        ("postgres://db.example/prod", "postgresql://db.example/prod"),
+        (
+            "postgresql:///prod?host=/var/run/postgresql",
+            "postgresql://%2Fvar%2Frun%2Fpostgresql/prod",
+        ),
+    ],
+)
+def test_url_never_shows_the_password(url: str, shown: str) -> None:
+    assert PostgresStore.from_url(url).url == shown
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("sqlite:///x.db", "PostgreSQL store URL"),
+        ("postgresql://h/db?schema=bad-name", "schema name"),
+        ("postgresql://h/db?pool_size=zero", "pool_size"),
+        ("postgresql://h/db?pool_size=0", "pool_size"),
+    ],
+)
+def test_bad_urls_are_refused(url: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        PostgresStore.from_url(url)
+
+
+async def test_calls_before_open_and_after_close_fail(schema: str) -> None:
+    store = PostgresStore(DSN, schema=schema)
+    with pytest.raises(StoreError, match="not open"):
+        await store.get_run("run-1")
+    await store.open()
+    with pytest.raises(StoreError, match="already open"):
+        await store.open()
+    await store.aclose()
+    with pytest.raises(StoreError, match=r": list_runs: the store is not open"):
+        await store.list_runs()
+
+
+async def test_aclose_stops_every_thread_and_connection(schema: str) -> None:
+    def workers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("trioplay-postgres")]
+
+    before = len(workers())
+    store = PostgresStore(DSN, schema=schema, pool_size=3)
+    await store.open()
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(store.count_rows, "run-1", "leads")
+    assert len(workers()) == before + 3
+    await store.aclose()
+    assert len(workers()) == before
+    await eventually(
+        lambda: (
+            not _admin(
+                "SELECT 1 FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE %s",
+                (f'%"{schema}".%',),
+            )
+        )
+    )
+
+
+# -- a network cut in the middle of a run ----------------------------------------------
+
+
+class CuttableProxy:
+    """A TCP proxy on 127.0.0.1 (port 0) in front of PostgreSQL that the test can cut.
+
+    :meth:`cut` closes every link (both sockets) and refuses new ones until
+    :meth:`restore`. :meth:`freeze` stops every byte, closing nothing (a
+    dead network), until :meth:`thaw`.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._links: set[trio.CancelScope] = set()
+        self._thawed = trio.Event()
+        self._thawed.set()
+        self.port = 0
+        self.is_cut = False
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._link, listeners)
+
+    def cut(self) -> None:
+        self.is_cut = True
+        for link in list(self._links):
+            link.cancel()
+
+    def restore(self) -> None:
+        self.is_cut = False
+
+    def freeze(self) -> None:
+        self._thawed = trio.Event()
+
+    def thaw(self) -> None:
+        self._thawed.set()
+
+    async def _flowing(self) -> None:
+        while not self._thawed.is_set():
+            await self._thawed.wait()
+
+    async def _link(self, client: trio.SocketStream) -> None:
+        async with client:
+            if self.is_cut:
+                return
+            with trio.CancelScope() as link:
+                self._links.add(link)
+                try:
+                    await self._flowing()
+                    upstream = await trio.open_tcp_stream(*self._target)
+                    async with upstream, trio.open_nursery() as nursery:
+                        nursery.start_soon(self._pump, client, upstream, link)
+                        nursery.start_soon(self._pump, upstream, client, link)
+                finally:
+                    self._links.discard(link)
+
+    async def _pump(
+        self, source: trio.SocketStream, sink: trio.SocketStream, link: trio.CancelScope
+    ) -> None:
+        try:
+            while data := await source.receive_some(65536):
+                await self._flowing()
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        link.cancel()  # either side hanging up ends the link
+
+
+ROWS = 3000
+
+
+def _sheet_keys(schema: str) -> list[str]:
+    rows = _admin(
+        f'SELECT key FROM "{schema}".sheet_rows WHERE run_id = %s AND status = %s',
+        ("r", "completed"),
+    )
+    return [key for (key,) in rows]
+
+
+@pytest.mark.deadline(60)
+async def test_a_cut_connection_fails_the_run_and_a_rerun_completes_it(schema: str) -> None:
+    params = psycopg.conninfo.conninfo_to_dict(DSN)
+    proxy = CuttableProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+    tool = CountingTool(delay=0.005)
+    reported: list[int] = []
+    enough = trio.Event()
+
+    def on_event(event: trioplay.RuntimeEvent) -> None:
+        if event.type == "map.progress":
+            reported.append(event.data["completed"])
+            if event.data["completed"] >= 500:
+                enough.set()
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        rows = [{"domain": f"d{i}.example"} for i in range(ROWS)]
+        return await ctx.dataset("s", rows).with_column("email", find_email).run(key="domain")
+
+    # Short leases: the cut attempt cannot release its own, so the rerun
+    # waits for them to expire.
+    limits = trioplay.Limits(
+        writer_max_flush=0.02,
+        progress_flush_interval=0.01,
+        lease_ttl=1.0,
+        receipt_wait_delay=0.05,
+        cleanup_timeout=0.5,
+    )
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        through_proxy = psycopg.conninfo.make_conninfo(DSN, host="127.0.0.1", port=str(proxy.port))
+        store = PostgresStore(through_proxy, schema=schema)
+
+        async def cut_mid_run() -> None:
+            await enough.wait()
+            proxy.cut()
+
+        nursery.start_soon(cut_mid_run)
+        with trio.fail_after(20), pytest.raises(trioplay.TrioplayError) as raised:
+            async with trioplay.open_runtime(
+                store=store, tools=registry(finder=tool), limits=limits, on_event=on_event
+            ) as rt:
+                await rt.run(play, {}, run_id="r")
+        # The run fails with an error that names the store and what happened.
+        chain = [raised.value, *_causes(raised.value)]
+        assert any(
+            str(e).startswith(f"{store.url}: ")
+            and ("connection lost" in str(e) or "cannot connect" in str(e))
+            for e in chain
+        ), chain
+
+        # No row was reported committed that is not in the database.
+        in_database = len(await trio.to_thread.run_sync(_sheet_keys, schema))
+        assert 500 <= max(reported) <= in_database < ROWS
+
+        proxy.restore()
+        async with trioplay.open_runtime(
+            store=PostgresStore(through_proxy, schema=schema),
+            tools=registry(finder=tool),
+            limits=limits,
+        ) as rt:
+            with trio.fail_after(30):
+                result = await rt.run(play, {}, run_id="r")
+            run = await rt.store.get_run("r")
+        nursery.cancel_scope.cancel()
+
+    assert result.completed_count + result.skipped_count == ROWS
+    assert result.skipped_count >= max(reported)
+    assert run is not None
+    assert (run.status, run.attempt) == ("completed", 2)
+    keys = await trio.to_thread.run_sync(_sheet_keys, schema)
+    assert sorted(keys) == sorted(f"d{i}.example" for i in range(ROWS))
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while (error := error.__cause__ or error.__context__) is not None and error not in seen:  # type: ignore[assignment]
+        seen.append(error)
+    return seen
+
+
+async def test_a_dead_network_bounds_a_cancelled_call_by_cancel_timeout(schema: str) -> None:
+    params = psycopg.conninfo.conninfo_to_dict(DSN)
+    proxy = CuttableProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        through_proxy = psycopg.conninfo.make_conninfo(DSN, host="127.0.0.1", port=str(proxy.port))
+        store = PostgresStore(through_proxy, schema=schema, pool_size=1, cancel_timeout=0.3)
+        await store.open()
+        try:
+            proxy.freeze()
+            # The query never reaches the server, and neither can a cancel
+            # request: the caller gets its cancellation once cancel_timeout
+            # has passed, and the stuck connection is abandoned.
+            started = time.monotonic()
+            with trio.move_on_after(0.2) as scope:
+                await store.get_run("run-1")
+            took = time.monotonic() - started
+            assert scope.cancelled_caught
+            assert 0.2 + 0.3 - 0.05 < took < 0.2 + 0.3 + 0.3
+            proxy.thaw()
+            assert await store.get_run("run-1") is None  # on a fresh connection
+        finally:
+            await store.aclose()
+        nursery.cancel_scope.cancel()
