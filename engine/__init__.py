@@ -17,7 +17,6 @@ from ._errors import PlayDefinitionError as PlayDefinitionError
 from ._errors import PlayInputError as PlayInputError
 from ._errors import ProviderTransientError as ProviderTransientError
 from ._errors import ReceiptWaitTimeout as ReceiptWaitTimeout
-from ._errors import RowFailed as RowFailed
 from ._errors import RowOutputNotJsonSerializable as RowOutputNotJsonSerializable
 from ._errors import StoreError as StoreError
 from ._errors import ToolExecutionError as ToolExecutionError

@@ -720,7 +720,7 @@ class Dispatcher:
             if any(call.lost for call, _ in owned):
                 results = [LeaseLost(call.key) for call, _ in owned]
             elif scope.cancelled_caught:
-                results = [ToolTimeout(first.name, timeout) for _ in owned]
+                results = [ToolTimeout(first.name, timeout, first.operation) for _ in owned]
             elif len(results) != len(owned):
                 message = (
                     f"batch tool {first.name!r} returned {len(results)} results "

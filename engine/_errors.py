@@ -106,9 +106,11 @@ class ToolTimeout(ProviderTransientError):
 
     code = "TOOL_TIMEOUT"
 
-    def __init__(self, tool_id: str, timeout: float) -> None:
+    def __init__(self, tool_id: str, timeout: float, operation: str = "tool") -> None:
         super().__init__(
-            "upstream", f"tool {tool_id!r} exceeded its timeout of {timeout:g}s", tool_id=tool_id
+            "upstream",
+            f"{operation} {tool_id!r} exceeded its timeout of {timeout:g}s",
+            tool_id=tool_id,
         )
         self.timeout = timeout
 
@@ -193,17 +195,6 @@ class StoreError(TrioplayError):
     """The store failed (connection lost, disk full, schema mismatch)."""
 
     code = "STORE"
-
-
-class RowFailed(TrioplayError):
-    """Raised by ``Dataset.run(on_row_error="fail")`` after the failed row was stored."""
-
-    code = "ROW_FAILED"
-
-    def __init__(self, dataset: str, key: str, cause: BaseException) -> None:
-        super().__init__(f"dataset {dataset!r} row {key!r} failed: {format_error(cause)}")
-        self.dataset = dataset
-        self.key = key
 
 
 def format_error(error: BaseException) -> str:

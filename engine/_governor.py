@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from ._tools import Rate
 
 
+# A token a rounding error short of whole is whole: otherwise the wait for the
+# missing 1e-16 of a token rounds to no time at all and the waiter spins.
+_WHOLE = 1 - 1e-9
+
+
 class TokenBucket:
     """``Rate(n, per)``: ``capacity`` tokens, refilled at ``n / per`` per second.
 
@@ -53,8 +58,8 @@ class TokenBucket:
                     await trio.sleep_until(self._paused_until)
                     continue
                 self._refill(now)
-                if self._tokens >= 1:
-                    self._tokens -= 1
+                if self._tokens >= _WHOLE:
+                    self._tokens = max(0.0, self._tokens - 1)
                     return
                 await trio.sleep_until(now + (1 - self._tokens) * self._interval)
 
@@ -66,8 +71,8 @@ class TokenBucket:
         if now < self._paused_until:
             return False
         self._refill(now)
-        if self._tokens >= 1:
-            self._tokens -= 1
+        if self._tokens >= _WHOLE:
+            self._tokens = max(0.0, self._tokens - 1)
             return True
         return False
 

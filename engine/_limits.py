@@ -15,12 +15,16 @@ MiB = 1024 * 1024
 
 def _positive(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"Limits.{attribute.name} must be a positive number, got {value!r}")
+        raise ValueError(
+            f"{type(_instance).__name__}.{attribute.name} must be a positive number, got {value!r}"
+        )
 
 
 def _non_negative(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"Limits.{attribute.name} must be zero or positive, got {value!r}")
+        raise ValueError(
+            f"{type(_instance).__name__}.{attribute.name} must be zero or positive, got {value!r}"
+        )
 
 
 @attrs.frozen(kw_only=True)

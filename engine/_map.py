@@ -54,6 +54,7 @@ Reread = Callable[[int, int], list[Any]]
 _FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputError)
 _PREVIEW_ROWS = 5
 _PAGES_IN_FLIGHT = 2
+_DONE = object()  # a page with nothing left to run
 
 
 class MapResult:
@@ -335,26 +336,69 @@ class _MapRun:
                     break
                 offset = position
                 position += len(chunk)
-                lease = await self._lease_page(offset, len(chunk))
-                if lease == "held":
+                # The lease is taken only when a slot is free, so it cannot
+                # expire while the page waits for the page before it.
+                await slots.acquire()
+                started = await self._try_page(pages, chunk, offset, slots, previous)
+                if isinstance(started, trio.Event):
+                    previous = started
+                    continue
+                slots.release()
+                if started is None:
                     # Keep the rows only if the source cannot be read again.
                     held.append((offset, None if reread else chunk, len(chunk)))
-                elif lease is not None:
-                    await slots.acquire()
-                    previous = await self._start_page(pages, chunk, lease, slots, previous)
             for offset, kept, length in held:
-                lease = await self._await_page(offset, length)
-                if lease is None:
-                    continue
-                chunk = kept if kept is not None else reread(offset, length)  # type: ignore[misc]
                 await slots.acquire()
-                previous = await self._start_page(pages, chunk, lease, slots, previous)
+                claim = await self._await_page(offset)
+                chunk = kept if kept is not None else reread(offset, length)  # type: ignore[misc]
+                started = await self._try_page(pages, chunk, offset, slots, previous, claim)
+                if isinstance(started, trio.Event):
+                    previous = started
+                else:
+                    slots.release()
 
-    async def _lease_page(self, offset: int, length: int) -> PageLease | Literal["held"] | None:
-        """Claim a page: its lease, ``"held"`` by a live peer, or ``None`` when done."""
+    async def _try_page(
+        self,
+        pages: trio.Nursery,
+        chunk: list[Any],
+        offset: int,
+        slots: trio.Semaphore,
+        previous: trio.Event,
+        claim: PageLease | Literal["held", "done"] | None = None,
+    ) -> trio.Event | object | None:
+        """Start the page if it is ours to run.
+
+        Returns the page's "all rows started" event, ``_DONE`` when nothing
+        in it needs to run, or ``None`` when a live peer holds it. A page
+        marked done is not trusted blindly: its rows are checked against the
+        sheet, so rows added to the input since, or rows that failed in an
+        earlier attempt, still run.
+        """
+        if claim is None:
+            claim = await self._lease_page(offset)
+        if claim == "held":
+            return None
+        planned = await self._plan_page(chunk, offset)
+        if claim == "done":
+            if not planned:
+                return _DONE
+            claim = await self._lease_page(offset, reopen=True)
+            if not isinstance(claim, PageLease):
+                for _, key, _ in planned:
+                    self.inflight_keys.discard(key)
+                return None if claim == "held" else _DONE
+        assert isinstance(claim, PageLease)
+        spawned = trio.Event()
+        pages.start_soon(self._run_page, planned, claim, slots, previous, spawned)
+        await trio.lowlevel.checkpoint()
+        return spawned
+
+    async def _lease_page(
+        self, offset: int, *, reopen: bool = False
+    ) -> PageLease | Literal["held", "done"]:
+        """Claim a page: its lease, ``"held"`` by a live peer, or ``"done"``."""
         ctx = self.ctx
         takeover: str | None = None
-        reopen = False
         while True:
             claim = await ctx.store.claim_page(
                 ctx.run_id,
@@ -369,44 +413,18 @@ class _MapRun:
             if claim.status == "claimed":
                 assert claim.lease_id is not None
                 return PageLease(ctx.run_id, self.name, offset, claim.lease_id)
-            if claim.status == "held":
-                if takeover is None and owner_is_dead(claim.owner):
-                    takeover = claim.lease_id  # a crashed local process: take over now
-                    continue
-                return "held"
-            if claim.failed and claim.attempt < ctx.attempt and not reopen:
-                reopen = True  # rows that failed in an earlier attempt run again
+            if claim.status == "held" and takeover is None and owner_is_dead(claim.owner):
+                takeover = claim.lease_id  # a crashed local process: take over now
                 continue
-            self.result.skipped_count += length
-            self._drop_retained()
-            return None
+            return claim.status
 
-    async def _await_page(self, offset: int, length: int) -> PageLease | None:
-        """Wait for a peer's page: ``None`` once it is done, a lease if its owner vanished."""
+    async def _await_page(self, offset: int) -> PageLease | Literal["done"]:
+        """Wait while a live peer holds a page: until it is done or its lease runs out."""
         while True:
-            lease = await self._lease_page(offset, length)
-            if lease != "held":
-                return lease
+            claim = await self._lease_page(offset)
+            if claim != "held":
+                return claim
             await trio.sleep(self.limits.receipt_wait_delay)
-
-    async def _start_page(
-        self,
-        pages: trio.Nursery,
-        chunk: list[Any],
-        lease: PageLease,
-        slots: trio.Semaphore,
-        previous: trio.Event,
-    ) -> trio.Event:
-        try:
-            planned = await self._plan_page(chunk, lease.offset)
-        except BaseException:
-            slots.release()
-            await self._release_page(lease)
-            raise
-        spawned = trio.Event()
-        pages.start_soon(self._run_page, planned, lease, slots, previous, spawned)
-        await trio.lowlevel.checkpoint()
-        return spawned
 
     async def _release_page(self, lease: PageLease) -> None:
         with trio.CancelScope(shield=True) as scope:
@@ -613,8 +631,8 @@ class _MapRun:
     def _failed_row(
         self, position: int, key: str, data: dict[str, Any], exc: Exception
     ) -> SheetRow:
-        kept = {}
-        for name, value in data.items():
+        kept: dict[str, Any] = {}
+        for name, value in data.items() if not isinstance(exc, MapMemoryLimitError) else ():
             try:
                 dumps(value)
             except (TypeError, ValueError):

@@ -58,7 +58,9 @@ async def test_cancelled_run_returns_fast_and_leaves_nothing(
     def on_event(event: trioplay.RuntimeEvent) -> None:
         if event.type == "map.progress":
             reported.append(event.data["completed"])
-            if event.data["completed"] >= 300:
+            # Rows 0-255 are admitted before any hung row, so 200 commits are
+            # certain; past that, hung rows may hold every provider slot.
+            if event.data["completed"] >= 200:
                 enough_committed.set()
 
     async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
@@ -98,7 +100,7 @@ async def test_cancelled_run_returns_fast_and_leaves_nothing(
         assert status.status == "cancelled"
         counts = await rt.store.count_rows("r", "s")
         # Every row reported committed is in the sheet.
-        assert counts.get("completed", 0) >= max(reported) == 300
+        assert counts.get("completed", 0) >= max(reported) >= 200
         # The cancelled attempt released its leases: a rerun claims at once.
         held = await rt.store.count_receipts("r")
         assert held.get("running", 0) == 0

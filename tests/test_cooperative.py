@@ -66,6 +66,17 @@ def check_sheet(keys: list[str]) -> None:
     assert set(keys) == {f"d{i}.example" for i in range(ROWS)}
 
 
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[str]]]:
+    """The test's worker processes; any still running at the end are killed."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
@@ -80,9 +91,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.deadline(600)
-async def test_three_processes_share_one_run(store_url: str, tmp_path: Path) -> None:
+async def test_three_processes_share_one_run(
+    store_url: str, tmp_path: Path, workers: list[subprocess.Popen[str]]
+) -> None:
     log = tmp_path / "tools.jsonl"
     procs = [start(store_url, log) for _ in range(3)]
+    workers += procs
     outputs: list[dict[str, Any]] = []
     for proc in procs:
         out, err = await trio.to_thread.run_sync(lambda p=proc: p.communicate(timeout=300))
@@ -101,10 +115,11 @@ async def test_three_processes_share_one_run(store_url: str, tmp_path: Path) -> 
 
 @pytest.mark.deadline(600)
 async def test_a_killed_process_leaves_its_pages_to_the_others(
-    store_url: str, tmp_path: Path
+    store_url: str, tmp_path: Path, workers: list[subprocess.Popen[str]]
 ) -> None:
     log = tmp_path / "tools.jsonl"
     procs = [start(store_url, log, lease_ttl=5.0) for _ in range(3)]
+    workers += procs
     victim = procs[0]
     deadline = time.monotonic() + 120
     while not log.exists() or len(executions(log)) < 4_000:

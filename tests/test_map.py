@@ -223,3 +223,37 @@ async def test_missing_key_field_is_a_play_input_error() -> None:
 
     with pytest.raises(trioplay.PlayInputError, match=r"row 1: the key field 'domain' is missing"):
         await run_play(play, MemoryStore(), registry())
+
+
+async def test_rows_added_to_a_finished_page_run_on_resume() -> None:
+    store = MemoryStore()
+    data = leads(5)
+    tool = CountingTool()
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> trioplay.MapResult:
+        return await (
+            ctx.dataset("s", list(data))
+            .with_column("email", find_email)
+            .run(key="domain", page_size=3)
+        )
+
+    first = await run_play(play, store, registry(finder=tool))
+    data.extend(leads(7)[5:])  # two rows appended: the second page was not full
+    second = await run_play(play, store, registry(finder=tool))
+    assert first.completed_count == 5
+    assert (second.completed_count, second.skipped_count) == (2, 5)
+    assert tool.calls == 7
+
+
+async def test_a_row_over_the_memory_budget_fails_without_its_data() -> None:
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> trioplay.MapResult:
+        return await ctx.dataset("s", leads(2)).with_column("blob", lambda r, rc: "x" * 5000).run()
+
+    limits = trioplay.Limits(active_rows_budget_bytes=4096)
+    result = await run_play(play, MemoryStore(), registry(), limits=limits)
+    assert result.failed_count == 2
+    rows = [row async for row in result.rows(status="failed")]
+    assert all(row["_error"].startswith("MapMemoryLimitError: the row is") for row in rows)
+    assert all("blob" not in row for row in rows)
