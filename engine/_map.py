@@ -55,6 +55,9 @@ _FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputErr
 _PREVIEW_ROWS = 5
 _PAGES_IN_FLIGHT = 2
 _DONE = object()  # a page with nothing left to run
+# Retained rows are parsed Python objects, which cost about four times their
+# JSON size; the retained-rows budget counts that estimate, not the JSON.
+_IN_MEMORY_FACTOR = 4
 
 
 class MapResult:
@@ -584,7 +587,9 @@ class _MapRun:
             terminal_token = page.observer.terminal_queued()
             size = len(row.data_json) + len(key) + 64
             self.sizes.observe(size)
-            keep = data if row.status == "completed" else None
+            # Keep the row itself only while someone may still want it in memory.
+            wanted = self.result._retained is not None or len(self.result.preview) < _PREVIEW_ROWS
+            keep = data if row.status == "completed" and wanted else None
             await self.writer.admit(TerminalRow(row, size, page, terminal_token, keep))
             page.observer.terminal_admitted(terminal_token)
         except BaseException:
@@ -652,7 +657,7 @@ class _MapRun:
                 if len(result.preview) < _PREVIEW_ROWS and item.data is not None:
                     result.preview.append(item.data)
                 if result._retained is not None and item.data is not None:
-                    self.retained_bytes += item.size
+                    self.retained_bytes += item.size * _IN_MEMORY_FACTOR
                     if self.retained_bytes > budget:
                         self._release_retained()
                     else:
