@@ -1,0 +1,106 @@
+"""``python -m benchmarks [names...] [--rows N] [--quick]``: run the suite.
+
+Without names it runs the default set (``throughput`` and ``memory``), which
+is what ``make bench`` does. ``--quick`` shrinks every benchmark to a few
+seconds (one round, a few thousand rows) and saves nothing: it checks that
+the harness and the engine still work, its numbers mean little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from . import fetch, memory, scaling, throughput
+
+QUICK_ROWS = 5_000
+QUICK_MEMORY_ROWS = 2_000
+QUICK_FETCH_REQUESTS = 1_000
+QUICK_SCALING_ROWS = 2_000
+
+Benchmark = Callable[[argparse.Namespace], Any]
+
+
+def _throughput(args: argparse.Namespace) -> Any:
+    rows = args.rows or (QUICK_ROWS if args.quick else throughput.DEFAULT_ROWS)
+    rounds = args.rounds or (1 if args.quick else throughput.DEFAULT_ROUNDS)
+    contenders = tuple(args.only.split(",")) if args.only else throughput.CONTENDERS
+    return throughput.run(rows=rows, rounds=rounds, save=args.save, contenders=contenders)
+
+
+def _fetch(args: argparse.Namespace) -> Any:
+    requests = args.rows or (QUICK_FETCH_REQUESTS if args.quick else fetch.DEFAULT_REQUESTS)
+    rounds = args.rounds or (1 if args.quick else fetch.DEFAULT_ROUNDS)
+    return fetch.run(requests=requests, rounds=rounds, save=args.save)
+
+
+def _memory(args: argparse.Namespace) -> Any:
+    rows = args.rows or (QUICK_MEMORY_ROWS if args.quick else memory.DEFAULT_ROWS)
+    return memory.run(["small"], rows=rows, quick=args.quick, save=args.save)
+
+
+def _memory_1m(args: argparse.Namespace) -> Any:
+    rows = args.rows or (QUICK_MEMORY_ROWS if args.quick else memory.DEFAULT_ROWS)
+    return memory.run(["small", "small-10x"], rows=rows, quick=args.quick, save=args.save)
+
+
+def _memory_large(args: argparse.Namespace) -> Any:
+    return memory.run(["large"], rows=args.rows, quick=args.quick, save=args.save)
+
+
+def _scaling(args: argparse.Namespace) -> Any:
+    rows = args.rows or (QUICK_SCALING_ROWS if args.quick else scaling.DEFAULT_ROWS)
+    return scaling.run(rows, save=args.save)
+
+
+BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
+    "throughput": (_throughput, "rows/s of trioplay (memory, sqlite) vs raw Trio"),
+    "memory": (_memory, "peak RSS of a small-row map on SQLite (100k rows)"),
+    "memory-1m": (_memory_1m, "peak RSS at 100k and at 10 x that (1M) rows, and their ratio"),
+    "memory-large": (_memory_large, "peak RSS of 10,000 rows whose tool returns 1 MiB each"),
+    "fetch": (_fetch, "requests/s of durable ctx.fetch (sqlite) vs plain httpx, local server"),
+    "scaling": (_scaling, "rows/s of one run shared by 1, 2 and 4 processes (sqlite, postgres)"),
+}
+DEFAULT = ("throughput", "memory")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="trioplay benchmarks; see docs/benchmarks.md",
+        epilog="benchmarks: "
+        + "; ".join(f"{name}: {doc}" for name, (_, doc) in BENCHMARKS.items())
+        + f". Default: {' '.join(DEFAULT)}; 'all' runs every one.",
+    )
+    parser.add_argument("names", nargs="*", help="benchmarks to run (default: %(default)s)")
+    parser.add_argument("--rows", type=int, default=None, help="row count (base count for memory)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of the throughput race")
+    parser.add_argument(
+        "--only",
+        metavar="A,B",
+        help=f"throughput contenders to run, of {','.join(throughput.CONTENDERS)} (to profile one)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a few seconds, nothing saved")
+    parser.add_argument(
+        "--no-save", dest="save", action="store_false", help="do not write benchmarks/results/"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.save = False
+    names = args.names or list(DEFAULT)
+    if names == ["all"]:
+        names = list(BENCHMARKS)
+    unknown = [name for name in names if name not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    for index, name in enumerate(names):
+        if index:
+            print()
+        BENCHMARKS[name][0](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""Throughput: rows per second of a two-tool-column map, against raw Trio.
+
+Four contenders run the same ``N`` rows through the same two resolvers and
+the same two zero-latency tool functions (see :mod:`benchmarks.workload`):
+
+- ``baseline-chunks``: raw Trio, no durability; one nursery per chunk of 256
+  rows, every row of a chunk a task.
+- ``baseline-limiter``: raw Trio, no durability; one task per row in one
+  nursery, at most 256 at a time through a ``trio.CapacityLimiter(256)``.
+- ``memory``: trioplay on ``memory://``.
+- ``sqlite``: trioplay on ``sqlite:///`` (a fresh file in a temporary
+  directory each time).
+
+The baseline is the faster of the two raw-Trio variants in each run; both are
+printed. The contenders run in rounds, in that order, each in its own
+``trio.run``, with a garbage collection before each; the best time of each
+over the rounds counts, so a neighbour's burst of CPU on a shared machine
+hurts one sample, not the result. Every run is checked: ``completed_count
+== N``, no failed or skipped row, the sheet holds ``N`` completed rows, the
+preview rows are right, and on a fresh store ``last_stats.provider_calls ==
+2 * N``.
+
+Besides wall time, each run reports the process's CPU time (all threads, the
+SQLite worker included), steadier than wall time when neighbours share the
+machine, and the time the cyclic garbage collector took. One more untimed
+run of each contender (2,000 rows) counts Trio tasks spawned and task steps
+per row, through a ``trio.abc.Instrument``: the scheduling work the engine
+does per row, which no amount of machine noise changes.
+
+The time of a trioplay run covers opening the runtime (and the store), the
+run, and closing them; not the sheet count that checks it afterwards.
+
+``python -m benchmarks throughput --only sqlite --rows 20000 --rounds 1
+--no-save`` runs one contender alone, for a profiler.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+import trioplay
+
+from .workload import (
+    COLUMNS,
+    DATASET,
+    DirectTools,
+    check_output,
+    enrich_play,
+    machine,
+    registry,
+    save_results,
+    source_rows,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+CHUNK = 256
+DEFAULT_ROWS = 100_000
+DEFAULT_ROUNDS = 3
+CONTENDERS = ("baseline-chunks", "baseline-limiter", "memory", "sqlite")
+STEP_ROWS = 2_000
+TARGET_ROWS_PER_S = 10_000
+TARGET_RATIO = 0.25
+
+
+class _Stopwatch:
+    """Wall time and this process's CPU time (every thread: the SQLite worker too).
+
+    CPU time per row is steadier than wall time when neighbours share the
+    machine: it counts what the run cost, not what it waited for.
+    """
+
+    def __init__(self) -> None:
+        self._wall = -time.perf_counter()
+        self._cpu = -time.process_time()
+
+    def pause(self) -> None:
+        self._wall += time.perf_counter()
+        self._cpu += time.process_time()
+
+    def resume(self) -> None:
+        self._wall -= time.perf_counter()
+        self._cpu -= time.process_time()
+
+    def read(self) -> dict[str, float]:
+        self.pause()
+        return {"elapsed": self._wall, "cpu": self._cpu}
+
+
+# -- baseline ---------------------------------------------------------------
+async def _baseline_row(data: dict[str, Any], tools: DirectTools, done: list[int]) -> None:
+    row = dict(data)
+    for name, resolver in COLUMNS:
+        row[name] = await resolver(row, tools)
+    done[0] += 1
+
+
+async def baseline_chunks(n: int) -> dict[str, Any]:
+    """A nursery per chunk of 256 rows."""
+    clock = _Stopwatch()
+    tools = DirectTools(registry())
+    done = [0]
+    rows = source_rows(n)
+    while chunk := list(itertools.islice(rows, CHUNK)):
+        async with trio.open_nursery() as nursery:
+            for data in chunk:
+                nursery.start_soon(_baseline_row, data, tools, done)
+    return clock.read() | {"completed": done[0], "calls": tools.calls}
+
+
+async def baseline_limiter(n: int) -> dict[str, Any]:
+    """One task per row, at most 256 running, through a CapacityLimiter."""
+    clock = _Stopwatch()
+    tools = DirectTools(registry())
+    done = [0]
+    limiter = trio.CapacityLimiter(CHUNK)
+
+    async def row_task(data: dict[str, Any], token: object) -> None:
+        try:
+            await _baseline_row(data, tools, done)
+        finally:
+            limiter.release_on_behalf_of(token)
+
+    async with trio.open_nursery() as nursery:
+        for data in source_rows(n):
+            token = object()
+            await limiter.acquire_on_behalf_of(token)
+            nursery.start_soon(row_task, data, token)
+    return clock.read() | {"completed": done[0], "calls": tools.calls}
+
+
+# -- trioplay ---------------------------------------------------------------
+async def run_trioplay(n: int, store: str) -> dict[str, Any]:
+    """One fresh run of the benchmark play; returns its output and stats.
+
+    The time counts opening the store, the run and closing the store, not the
+    sheet count that checks the run afterwards.
+    """
+    clock = _Stopwatch()
+    async with trioplay.open_runtime(store=store, tools=registry()) as rt:
+        output = await rt.run(enrich_play, {"rows": n}, run_id=f"bench-{n}")
+        stats = rt.last_stats
+        clock.pause()
+        counts = await rt.store.count_rows(f"bench-{n}", DATASET)
+        clock.resume()
+    return {
+        **clock.read(),
+        **output,
+        "provider_calls": stats.provider_calls if stats else None,
+        "replayed": stats.replayed if stats else None,
+        "sheet": counts,
+    }
+
+
+class _GcClock:
+    """Adds up the time the cyclic garbage collector runs (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.collections += 1
+
+    def __enter__(self) -> _GcClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        gc.callbacks.remove(self)
+
+
+class _StepCounter(trio.abc.Instrument):
+    """Counts tasks spawned and task steps (one step: a task runs until it yields)."""
+
+    def __init__(self) -> None:
+        self.spawned = 0
+        self.steps = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+def _contender(name: str, n: int, tmp: Path, tag: str) -> Callable[[], Awaitable[dict[str, Any]]]:
+    if name == "baseline-chunks":
+        return lambda: baseline_chunks(n)
+    if name == "baseline-limiter":
+        return lambda: baseline_limiter(n)
+    url = "memory://" if name == "memory" else f"sqlite:///{tmp / f'{tag}.db'}"
+    return lambda: run_trioplay(n, url)
+
+
+def _check(name: str, n: int, out: dict[str, Any]) -> None:
+    if name.startswith("baseline"):
+        if out["completed"] != n or out["calls"] != 2 * n:
+            raise AssertionError(f"{name}: expected {n} rows and {2 * n} calls, got {out}")
+        return
+    check_output(out, n, out["provider_calls"])
+    if out["sheet"].get("completed") != n:
+        raise AssertionError(f"{name}: the sheet holds {out['sheet']}, expected {n} completed")
+
+
+def measure(name: str, n: int, tmp: Path, tag: str) -> dict[str, Any]:
+    """Time one contender once, in a ``trio.run`` of its own, and check its work.
+
+    The result has ``elapsed`` (seconds) and ``gc_seconds``, the part of it
+    the cyclic garbage collector took.
+    """
+    fn = _contender(name, n, tmp, tag)
+    gc.collect()
+    with _GcClock() as gc_clock:
+        out = trio.run(fn)
+    _check(name, n, out)
+    return out | {"gc_seconds": gc_clock.seconds, "gc_collections": gc_clock.collections}
+
+
+def count_steps(name: str, n: int, tmp: Path) -> dict[str, float]:
+    """Tasks spawned and task steps per row of one untimed run (Trio's scheduling work)."""
+    counter = _StepCounter()
+    out = trio.run(_contender(name, n, tmp, f"steps-{name}"), instruments=[counter])
+    _check(name, n, out)
+    return {"tasks_per_row": counter.spawned / n, "steps_per_row": counter.steps / n}
+
+
+def run(
+    rows: int = DEFAULT_ROWS,
+    rounds: int = DEFAULT_ROUNDS,
+    save: bool = True,
+    contenders: tuple[str, ...] = CONTENDERS,
+) -> dict[str, Any]:
+    """Run the throughput benchmark, print a table, and return (and save) the results.
+
+    ``contenders`` picks some of :data:`CONTENDERS` (say ``("sqlite",)`` to
+    profile one); ratios are printed only when a baseline ran.
+    """
+    unknown = set(contenders) - set(CONTENDERS)
+    if unknown:
+        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
+    names = [name for name in CONTENDERS if name in contenders]
+    print(f"throughput: {rows:,} rows, 2 zero-latency tool columns, best of {rounds} round(s)")
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    gc_seconds: dict[str, list[float]] = {name: [] for name in names}
+    cpu_seconds: dict[str, list[float]] = {name: [] for name in names}
+    stats: dict[str, dict[str, Any]] = {}
+    started = time.time()
+    where = machine()  # before the runs: the code measured is the code at start
+    with tempfile.TemporaryDirectory(prefix="trioplay-bench-") as tmp:
+        for round_no in range(1, rounds + 1):
+            for name in names:
+                out = measure(name, rows, Path(tmp), f"round{round_no}")
+                elapsed = out["elapsed"]
+                samples[name].append(elapsed)
+                gc_seconds[name].append(out["gc_seconds"])
+                cpu_seconds[name].append(out["cpu"])
+                if not name.startswith("baseline"):
+                    stats[name] = {
+                        "provider_calls": out["provider_calls"],
+                        "replayed": out["replayed"],
+                        "sheet": out["sheet"],
+                    }
+                print(
+                    f"  round {round_no} {name:<17}{elapsed:8.3f} s{rows / elapsed:>10,.0f} rows/s"
+                    f"  cpu {out['cpu']:7.3f} s  gc {out['gc_seconds']:6.3f} s"
+                )
+        step_rows = min(rows, STEP_ROWS)
+        steps = {name: count_steps(name, step_rows, Path(tmp)) for name in names}
+    best = {name: min(times) for name, times in samples.items()}
+    cpu_per_row = {name: 1e6 * min(times) / rows for name, times in cpu_seconds.items()}
+    rate = {name: rows / t for name, t in best.items()}
+    baselines = [name for name in names if name.startswith("baseline")]
+    baseline_name = max(baselines, key=lambda name: rate[name]) if baselines else None
+    ratio: dict[str, float] = {}
+    round_ratios: dict[str, list[float]] = {}
+    if baseline_name is not None:
+        ratio = {name: rate[name] / rate[baseline_name] for name in names}
+        round_ratios = {
+            name: [samples[baseline_name][i] / samples[name][i] for i in range(rounds)]
+            for name in names
+            if not name.startswith("baseline")
+        }
+
+    print()
+    print(
+        f"{'contender':<18}{'best s':>9}{'rows/s':>12}{'vs baseline':>13}"
+        f"{'cpu us/row':>12}{'tasks/row':>11}{'steps/row':>11}"
+    )
+    for name in names:
+        mark = "  <- baseline" if name == baseline_name else ""
+        versus = f"{ratio[name]:>12.3f}x" if ratio else f"{'-':>13}"
+        print(
+            f"{name:<18}{best[name]:>9.3f}{rate[name]:>12,.0f}{versus}{cpu_per_row[name]:>12.1f}"
+            f"{steps[name]['tasks_per_row']:>11.2f}{steps[name]['steps_per_row']:>11.2f}{mark}"
+        )
+    print(
+        f"(cpu us/row: least process CPU time per row over the rounds, all threads; "
+        f"tasks/row, steps/row: Trio tasks spawned and task steps per row, "
+        f"counted in one more untimed run of {step_rows:,} rows)"
+    )
+    for name, s in stats.items():
+        print(
+            f"{name}: last_stats.provider_calls={s['provider_calls']:,} "
+            f"(2 x rows = {2 * rows:,}), replayed={s['replayed']}, sheet={s['sheet']}"
+        )
+    target: dict[str, Any] = {"rows_per_s": TARGET_ROWS_PER_S, "ratio": TARGET_RATIO}
+    if "sqlite" in rate and ratio:
+        target["met"] = rate["sqlite"] >= TARGET_ROWS_PER_S and ratio["sqlite"] >= TARGET_RATIO
+        print(
+            f"target (issue 2): sqlite >= {TARGET_ROWS_PER_S:,} rows/s and >= {TARGET_RATIO} x "
+            f"baseline: {'met' if target['met'] else 'MISSED'} "
+            f"({rate['sqlite']:,.0f} rows/s, {ratio['sqlite']:.3f} x)"
+        )
+    results = {
+        "benchmark": "throughput",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "rows": rows,
+        "rounds": rounds,
+        "machine": where | {"loadavg_after": list(os.getloadavg())},
+        "baseline": baseline_name,
+        "seconds": samples,
+        "cpu_seconds": cpu_seconds,
+        "cpu_us_per_row": cpu_per_row,
+        "gc_seconds": gc_seconds,
+        "scheduling": {"rows": step_rows, "per_contender": steps},
+        "best_seconds": best,
+        "rows_per_s": rate,
+        "ratio_vs_baseline": ratio,
+        "ratio_vs_baseline_per_round": round_ratios,
+        "last_stats": stats,
+        "target": target,
+    }
+    if save:
+        print(f"saved {save_results('throughput', results)}")
+    return results

@@ -1,0 +1,178 @@
+"""The workload every benchmark shares: rows, tools, resolvers, the play.
+
+Rows are small (``{"domain": "d123.example", "name": "Person 123"}``) and
+come from a generator, never a list, so a million-row source costs nothing
+up front. Two tool columns call two zero-latency tools: plain ``async def``
+functions that return at once, without a checkpoint, so what is measured is
+the engine's own cost per row and per call.
+
+The baseline runs the very same resolvers, which call the very same tool
+functions through :class:`DirectTools`, a stand-in for ``RowContext`` that
+awaits the tool function directly: no receipt, no lane, no governor, no
+writer, no store.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+import trioplay
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+DATASET = "leads"
+INDUSTRIES = ("software", "retail", "logistics", "health", "energy", "media", "finance")
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def source_rows(n: int) -> Iterator[dict[str, str]]:
+    """``n`` small input rows, streamed."""
+    for i in range(n):
+        yield {"domain": f"d{i}.example", "name": f"Person {i}"}
+
+
+# -- the tools (zero latency: no sleep, no checkpoint) ----------------------
+async def company_lookup(input: dict[str, Any], call: trioplay.ToolCall) -> dict[str, Any]:
+    domain = input["domain"]
+    return {"industry": INDUSTRIES[len(domain) % len(INDUSTRIES)], "employees": 10 * len(domain)}
+
+
+async def email_finder(input: dict[str, Any], call: trioplay.ToolCall) -> dict[str, Any]:
+    first = input["name"].split()[-1]
+    return {"email": f"person.{first}@{input['domain']}", "confidence": 0.9}
+
+
+def registry() -> trioplay.ToolRegistry:
+    tools = trioplay.ToolRegistry()
+    tools.add("company", company_lookup)
+    tools.add("email", email_finder)
+    return tools
+
+
+# -- the resolvers (shared by trioplay and the baseline) --------------------
+async def resolve_industry(row: trioplay.Row, rc: Any) -> Any:
+    return (await rc.tool("company", {"domain": row["domain"]}))["industry"]
+
+
+async def resolve_email(row: trioplay.Row, rc: Any) -> Any:
+    hit = await rc.tool("email", {"domain": row["domain"], "name": row["name"]})
+    return hit["email"]
+
+
+COLUMNS = (("industry", resolve_industry), ("email", resolve_email))
+
+
+def expected_row(i: int) -> dict[str, Any]:
+    """What row ``i`` looks like once enriched (used to check every run)."""
+    domain = f"d{i}.example"
+    return {
+        "domain": domain,
+        "name": f"Person {i}",
+        "industry": INDUSTRIES[len(domain) % len(INDUSTRIES)],
+        "email": f"person.{i}@{domain}",
+    }
+
+
+class DirectTools:
+    """The baseline's ``rc``: awaits the registered tool function itself.
+
+    One ``ToolCall`` per tool is built up front and reused: the tools ignore
+    it, and building one per call would only slow the baseline down.
+    """
+
+    def __init__(self, tools: trioplay.ToolRegistry) -> None:
+        self._targets = {
+            spec.tool_id: (
+                spec.fn,
+                trioplay.ToolCall(spec.tool_id, idempotency_key="", attempt=1, deadline=math.inf),
+            )
+            for spec in tools
+        }
+        self.calls = 0
+
+    async def tool(self, tool_id: str, input: dict[str, Any]) -> Any:
+        fn, call = self._targets[tool_id]
+        self.calls += 1
+        return await fn(input, call)
+
+
+# -- the play ---------------------------------------------------------------
+@trioplay.play("bench-enrich")
+async def enrich_play(ctx: trioplay.PlayContext, input: dict[str, Any]) -> dict[str, Any]:
+    dataset = ctx.dataset(DATASET, source_rows(input["rows"]))
+    for name, resolver in COLUMNS:
+        dataset = dataset.with_column(name, resolver)
+    result = await dataset.run(key="domain")
+    return {
+        "completed": result.completed_count,
+        "failed": result.failed_count,
+        "skipped": result.skipped_count,
+        "preview": result.preview,
+    }
+
+
+def check_output(output: dict[str, Any], n: int, provider_calls: int | None) -> None:
+    """Raise ``AssertionError`` unless a fresh run of ``n`` rows did all its work once."""
+    if output["completed"] != n or output["failed"] or output["skipped"]:
+        raise AssertionError(f"expected {n} completed rows, got {output}")
+    if provider_calls is not None and provider_calls != 2 * n:
+        raise AssertionError(f"expected {2 * n} provider calls, got {provider_calls}")
+    for row in output["preview"]:
+        i = int(row["domain"][1 : -len(".example")])
+        if row != expected_row(i):
+            raise AssertionError(f"row {i} is {row}, expected {expected_row(i)}")
+
+
+# -- reporting helpers ------------------------------------------------------
+def machine() -> dict[str, Any]:
+    """Where and on what a result was measured."""
+    return {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "trio": trio.__version__,
+        "trioplay": git_describe(),
+        "loadavg": list(os.getloadavg()),
+    }
+
+
+def git_describe() -> str:
+    """The commit of the working tree, ``+dirty`` if tracked files differ from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head}{'+dirty' if dirty else ''}"
+
+
+def save_results(name: str, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to ``benchmarks/results/<name>-<date>.json``."""
+    RESULTS_DIR.mkdir(exist_ok=True)
+    path = RESULTS_DIR / f"{name}-{time.strftime('%Y-%m-%d')}.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
