@@ -110,6 +110,7 @@ class _Call:
         "ready",
         "receipt_wait",
         "record_failures",
+        "retries",
         "scope",
         "settling",
         "size",
@@ -134,6 +135,7 @@ class _Call:
         timeout: float | None = None,
         receipt_wait: float | None = None,
         record_failures: bool = True,
+        retries: int = 0,
     ) -> None:
         self.operation = operation
         self.name = name
@@ -148,6 +150,7 @@ class _Call:
         self.timeout = timeout
         self.receipt_wait = receipt_wait
         self.record_failures = record_failures
+        self.retries = retries
         self.done = trio.Event()  # the result (or error) is delivered
         self.ready = trio.Event()  # delivered, or claimed for its owner to run
         self.claim: Claimed | None = None
@@ -411,6 +414,7 @@ class Dispatcher:
             stale_after=stale_after,
             timeout=timeout if timeout is not None else spec.timeout,
             receipt_wait=receipt_wait,
+            retries=spec.retries,
         )
         self._inflight[key] = call
         lane = self._lanes.get(tool_id)
@@ -657,50 +661,74 @@ class Dispatcher:
     async def _execute(
         self, owned: list[tuple[_Call, Claimed]], batch: BatchFunction | None
     ) -> None:
-        """Run claimed calls (one call, or one native batch request) under the governor."""
+        """Run claimed calls (one call, or one native batch request) under the governor.
+
+        A single call whose tool allows ``retries`` is tried again after a
+        transient failure, within the same claim (same idempotency key): after
+        ``retry_after`` for a rate limit (the provider's bucket pauses too),
+        else after 0.1 s × the try. The governor slot is given back while it waits.
+        """
         first = owned[0][0]
         leases = [Lease(call.key, claim.lease_id) for call, claim in owned]
-        try:
-            if first.kind != "local":
-                await self._governor.acquire(first.gate)
-        except trio.Cancelled:
-            await self._release_shielded(leases)
-            raise
-        try:
-            await self._execute_admitted(owned, batch)
-        except trio.Cancelled:
-            unsettled = [
-                lease for (call, _), lease in zip(owned, leases, strict=True) if not call.settling
-            ]
-            await self._release_shielded(unsettled)
-            raise
-        finally:
-            if first.kind != "local":
-                self._governor.release(first.gate)
+        tries_left = first.retries if batch is None else 0
+        retry = 0
+        while True:
+            try:
+                if first.kind != "local":
+                    await self._governor.acquire(first.gate)
+            except trio.Cancelled:
+                await self._release_shielded(leases)
+                raise
+            try:
+                delay = await self._execute_admitted(owned, batch, retry, retry < tries_left)
+            except trio.Cancelled:
+                unsettled = [
+                    lease
+                    for (call, _), lease in zip(owned, leases, strict=True)
+                    if not call.settling
+                ]
+                await self._release_shielded(unsettled)
+                raise
+            finally:
+                if first.kind != "local":
+                    self._governor.release(first.gate)
+            if delay is None:
+                return
+            retry += 1
+            try:
+                await trio.sleep(delay)
+            except trio.Cancelled:
+                await self._release_shielded(leases)
+                raise
 
     async def _execute_admitted(
-        self, owned: list[tuple[_Call, Claimed]], batch: BatchFunction | None
-    ) -> None:
+        self,
+        owned: list[tuple[_Call, Claimed]],
+        batch: BatchFunction | None,
+        retry: int,
+        may_retry: bool,
+    ) -> float | None:
+        """Call the provider and settle, or return the delay before a retry."""
         first = owned[0][0]
         if self._latch is not None and first.kind != "local":
             latch = PersistenceLatchTripped(
                 "no new provider call: an earlier completion could not be recorded"
             )
             await self._settle(owned, [latch] * len(owned))
-            return
+            return None
         now = self._now()
         if any(call.lost or call.expires_at <= now for call, _ in owned):
             # Cheap ownership check from the last confirmed expiry: never call a
             # provider for a receipt that may have a new owner by now.
             await self._settle(owned, [LeaseLost(call.key) for call, _ in owned])
-            return
+            return None
         timeout = first.timeout if first.timeout is not None else self._limits.tool_timeout
         deadline = trio.current_time() + timeout
         tool_calls = [
             ToolCall(
                 tool_id=call.name,
                 idempotency_key=_idempotency_key(call.key, claim.lease_id if call.force else None),
-                attempt=claim.attempt,
+                attempt=claim.attempt + retry,
                 deadline=deadline,
                 fetch=self._fetch,
             )
@@ -731,17 +759,29 @@ class Dispatcher:
             # Each member raises its own exception object: one object raised in
             # many tasks would tangle their tracebacks.
             results = [exc, *(_copy_error(exc) for _ in owned[1:])]
+        error = results[0]
+        if may_retry and isinstance(error, ProviderTransientError):
+            self._slow_down(first, error)
+            if error.category == "rate_limit" and error.retry_after:
+                return error.retry_after
+            return 0.1 * (retry + 1)
         await self._settle(owned, results)
+        return None
+
+    @staticmethod
+    def _slow_down(call: _Call, error: ProviderTransientError) -> None:
+        """A rate-limit answer with ``retry_after`` pauses the provider's rate bucket."""
+        gate = call.gate
+        if error.category == "rate_limit" and error.retry_after and gate is not None:
+            if gate.bucket is not None:
+                gate.bucket.pause(error.retry_after)
 
     def _classify(self, call: _Call, error: BaseException) -> tuple[BaseException, bool]:
         """The error a caller sees, and whether its receipt records it as failed."""
         if isinstance(error, ProviderTransientError):
             if error.tool_id is None:
                 error.tool_id = call.name
-            gate = call.gate
-            if error.category == "rate_limit" and error.retry_after and gate is not None:
-                if gate.bucket is not None:
-                    gate.bucket.pause(error.retry_after)
+            self._slow_down(call, error)
             return error, False
         if isinstance(error, LeaseLost | PersistenceLatchTripped):
             return error, False

@@ -64,10 +64,11 @@ class ToolCall:
     """What a tool learns about the call it is serving.
 
     ``idempotency_key`` is stable for one receipt (pass it to the provider so a
-    retried request is not billed twice); ``attempt`` counts the claims of that
-    receipt (1 on the first execution); ``deadline`` is the Trio clock time by
-    which the call is cancelled; ``fetch`` is the runtime's HTTP client with
-    its deadlines and egress rules, without a receipt of its own.
+    retried request is not billed twice); ``attempt`` is 1 on the first try
+    and grows with every retry and every later claim of the receipt;
+    ``deadline`` is the Trio clock time by which the call is cancelled;
+    ``fetch`` is the runtime's HTTP client with its deadlines and egress
+    rules, without a receipt of its own.
     """
 
     tool_id: str
@@ -94,6 +95,7 @@ class ToolSpec:
     batch: BatchFunction | None = None
     batch_max: int | None = None
     timeout: float | None = None
+    retries: int = 0
 
 
 class ToolRegistry:
@@ -118,6 +120,7 @@ class ToolRegistry:
         batch: BatchFunction | None = None,
         batch_max: int | None = None,
         timeout: float | None = None,
+        retries: int = 0,
     ) -> Callable[[_F], _F]:
         def decorate(fn: _F) -> _F:
             self.add(
@@ -129,6 +132,7 @@ class ToolRegistry:
                 batch=batch,
                 batch_max=batch_max,
                 timeout=timeout,
+                retries=retries,
             )
             return fn
 
@@ -145,6 +149,7 @@ class ToolRegistry:
         batch: BatchFunction | None = None,
         batch_max: int | None = None,
         timeout: float | None = None,
+        retries: int = 0,
     ) -> ToolSpec:
         if not tool_id or not isinstance(tool_id, str):
             raise PlayDefinitionError(f"tool id must be a non-empty string, got {tool_id!r}")
@@ -158,6 +163,8 @@ class ToolRegistry:
             )
         if concurrency is not None and concurrency < 1:
             raise PlayDefinitionError(f"tool {tool_id!r}: concurrency must be at least 1")
+        if retries < 0:
+            raise PlayDefinitionError(f"tool {tool_id!r}: retries must be zero or more")
         spec = ToolSpec(
             tool_id=tool_id,
             fn=fn,
@@ -167,6 +174,7 @@ class ToolRegistry:
             batch=batch,
             batch_max=batch_max,
             timeout=timeout,
+            retries=retries,
         )
         self._tools[tool_id] = spec
         return spec

@@ -186,3 +186,57 @@ async def test_a_dispatcher_failure_reaches_every_waiting_caller(after: int) -> 
     assert result.completed_count + result.failed_count == 1000
     assert result.failed_count == len(errors) > 0
     assert set(errors) == {"dispatcher crashed"}
+
+
+async def test_a_rate_limited_tool_with_retries_slows_down_instead_of_failing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    tries: list[tuple[float, int, str]] = []
+
+    async def limited(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        tries.append((trio.current_time(), call.attempt, call.idempotency_key))
+        if len(tries) < 3:
+            raise trioplay.ProviderTransientError("rate_limit", "429", retry_after=2.0)
+        return {"ok": True}
+
+    registry = trioplay.ToolRegistry()
+    registry.add("t", limited, rate=trioplay.Rate(100, per=1.0), retries=3)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.tool("t", {"x": 1})
+
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry) as rt:
+        start = trio.current_time()
+        assert await rt.run(play, {}, run_id="r") == {"ok": True}
+    times = [round(at - start, 3) for at, _, _ in tries]
+    # The lane window, then retry_after twice; after each pause the bucket
+    # starts empty, so the next call waits one token (1/100 s) more.
+    assert times == [0.005, 2.015, 4.025]
+    assert [attempt for _, attempt, _ in tries] == [1, 2, 3]
+    assert len({key for _, _, key in tries}) == 1  # one receipt, one idempotency key
+
+
+async def test_retries_run_out_and_the_error_surfaces(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    calls = 0
+
+    async def down(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        nonlocal calls
+        calls += 1
+        raise trioplay.ProviderTransientError("upstream", "503")
+
+    registry = trioplay.ToolRegistry()
+    registry.add("t", down, retries=2)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.tool("t", {"x": 1})
+
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry) as rt:
+        start = trio.current_time()
+        with pytest.raises(trioplay.ProviderTransientError, match="503"):
+            await rt.run(play, {}, run_id="r")
+        assert trio.current_time() - start == pytest.approx(0.005 + 0.1 + 0.2)
+    assert calls == 3
