@@ -55,9 +55,6 @@ _FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputErr
 _PREVIEW_ROWS = 5
 _PAGES_IN_FLIGHT = 2
 _DONE = object()  # a page with nothing left to run
-# Retained rows are parsed Python objects, which cost about four times their
-# JSON size; the retained-rows budget counts that estimate, not the JSON.
-_IN_MEMORY_FACTOR = 4
 
 
 class MapResult:
@@ -81,7 +78,9 @@ class MapResult:
         self.duplicate_count = 0
         self.preview: list[dict[str, Any]] = []
         self.retained_rows_complete = True
-        self._retained: list[tuple[int, dict[str, Any]]] | None = []
+        # Retained rows are kept as their JSON text: strings cost their size,
+        # and the garbage collector never has to walk them.
+        self._retained: list[tuple[int, str]] | None = []
         self._ctx = ctx
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,8 +108,8 @@ class MapResult:
         Failed rows carry their error under ``"_error"``.
         """
         if status == "completed" and self.retained_rows_complete and self._retained is not None:
-            for _, data in sorted(self._retained, key=lambda item: item[0]):
-                yield data
+            for _, text in sorted(self._retained, key=lambda item: item[0]):
+                yield loads(text)
             return
         after = -1
         store = self._ctx.store
@@ -588,7 +587,7 @@ class _MapRun:
             size = len(row.data_json) + len(key) + 64
             self.sizes.observe(size)
             # Keep the row itself only while someone may still want it in memory.
-            wanted = self.result._retained is not None or len(self.result.preview) < _PREVIEW_ROWS
+            wanted = len(self.result.preview) < _PREVIEW_ROWS
             keep = data if row.status == "completed" and wanted else None
             await self.writer.admit(TerminalRow(row, size, page, terminal_token, keep))
             page.observer.terminal_admitted(terminal_token)
@@ -656,12 +655,12 @@ class _MapRun:
                 result.completed_count += 1
                 if len(result.preview) < _PREVIEW_ROWS and item.data is not None:
                     result.preview.append(item.data)
-                if result._retained is not None and item.data is not None:
-                    self.retained_bytes += item.size * _IN_MEMORY_FACTOR
+                if result._retained is not None:
+                    self.retained_bytes += item.size
                     if self.retained_bytes > budget:
                         self._release_retained()
                     else:
-                        result._retained.append((row.position, item.data))
+                        result._retained.append((row.position, row.data_json))
             page: _Page = item.page
             if row.status == "failed":
                 result.failed_count += 1
