@@ -13,6 +13,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -505,7 +506,7 @@ def _connect(path: str) -> sqlite3.Connection:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT, isolation_level=None, cached_statements=512)
     try:
-        conn.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
         # Content-addressed keys land on random index pages, so each batch
         # dirties many pages; checkpointing (and syncing) every 10k WAL pages
@@ -515,6 +516,22 @@ def _connect(path: str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    # Switching a file to WAL needs an exclusive lock. When waiting for it
+    # could deadlock, SQLite answers "database is locked" at once, without its
+    # busy handler; seen with two processes opening one new file together
+    # (benchmarks/scaling.py). Retry within the busy timeout.
+    deadline = time.monotonic() + _BUSY_TIMEOUT
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
 
 
 @contextmanager
