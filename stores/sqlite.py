@@ -37,7 +37,7 @@ from trioplay import (
     StoreError,
 )
 
-from .memory import PageRecord, decide_claims, decide_page
+from ._rules import PageRecord, decide_claims, decide_page
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
