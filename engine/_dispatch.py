@@ -15,10 +15,14 @@ The path of a tool call:
 4. **Outcomes.** Completed receipts are replayed (one hydration turn at a
    time); recorded failures raise again; receipts held by another live owner
    are waited on outside the turn; claimed ones execute.
-5. **Execution.** The governor admits the call; it runs under its timeout
-   with the provider idempotency key; the result is settled (completed,
-   failed or released) through the settler, which coalesces the writes of
-   many calls into one store call; the governor slot is held until then.
+5. **Execution.** The caller's own task runs its claimed call (a native
+   batch request runs in a task of its own); one heartbeat task per cohort
+   of calls claimed together keeps their leases. The governor admits the
+   call; it runs under its timeout with the provider idempotency key
+   (retried within the claim if the tool allows ``retries``); the result is
+   settled (completed, failed or released) through the settler, which
+   coalesces the writes of many calls into one store call; the governor
+   slot is held until then.
 
 If recording a completion fails after the provider succeeded, the
 persistence latch trips: no further provider call starts in this run and
