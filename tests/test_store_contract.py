@@ -1094,4 +1094,3 @@ async def test_memory_and_postgres_agree(
 def empty_receipts(schema: str) -> None:
     with psycopg.connect(DSN, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'TRUNCATE "{schema}".receipts')
-
