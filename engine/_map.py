@@ -539,7 +539,11 @@ class _MapRun:
                 await nursery.start(observer.run)
                 nursery.start_soon(self._keep_page, lease, page, nursery.cancel_scope)
                 async with open_nursery() as rows:
-                    for position, key, data in planned:
+                    # Consume the plan as rows start: a finished row's data must
+                    # not stay alive until its whole page ends.
+                    planned.reverse()
+                    while planned:
+                        position, key, data = planned.pop()
                         token = object()
                         try:
                             limiter.acquire_on_behalf_of_nowait(token)
