@@ -593,6 +593,9 @@ class _MapRun:
             # Keep the row itself only while someone may still want it in memory.
             wanted = len(self.result.preview) < _PREVIEW_ROWS
             keep = data if row.status == "completed" and wanted else None
+            # The row now lives in row.data_json: a row waiting for admission
+            # must not hold its parsed values as well.
+            del data
             await self.writer.admit(TerminalRow(row, size, page, terminal_token, keep))
             page.observer.terminal_admitted(terminal_token)
         except BaseException:
