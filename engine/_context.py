@@ -87,6 +87,10 @@ class PlayContext:
     def latch(self) -> BaseException | None:
         return self._dispatcher.latch
 
+    async def drain_receipts(self) -> None:
+        """Wait until every effect result delivered so far is durably recorded."""
+        await self._dispatcher.drain()
+
     def emit(self, type: str, data: dict[str, Any]) -> None:
         deliver(
             self._runtime.on_event,

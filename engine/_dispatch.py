@@ -36,7 +36,7 @@ import hashlib
 import inspect
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -179,99 +179,111 @@ class _Cohort:
 
 
 class _Settler:
-    """Coalesces receipt writes (complete, fail, release) of many calls."""
+    """Writes the settlements (complete, fail, release) of many calls in few store calls.
 
-    def __init__(self, store: Store, now: Callable[[], float], cleanup_timeout: float) -> None:
+    A call's owner hands its settlement over and goes on: its result is
+    delivered at once, while the governor slot and the call's in-flight entry
+    stay taken until the write is done (``on_settled``, then the slot's
+    release). So the concurrency limit still bounds results waiting for
+    their write, and the owner's task costs no second scheduler round trip.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        now: Callable[[], float],
+        cleanup_timeout: float,
+        on_settled: Callable[[_Call, Completion | Failure | Lease, bool | BaseException], None],
+        release_slot: Callable[[_Slot], None],
+    ) -> None:
         self._store = store
         self._now = now
         self._cleanup_timeout = cleanup_timeout
-        self._pending: list[tuple[Completion | Failure | Lease, _Waiter]] = []
+        self._on_settled = on_settled
+        self._release_slot = release_slot
+        self._pending: list[_Entry] = []
+        self._writing: list[_Entry] = []
         self._wakeup = trio.Event()
+        self._unsettled = 0
+        self._idle = trio.Event()
+        self._idle.set()
 
-    async def settle_many(
-        self, items: Sequence[Completion | Failure | Lease]
-    ) -> list[bool | BaseException]:
-        """Write ``items`` with the next batch.
-
-        Per item: ``True`` if written, ``False`` if its lease was not ours, or
-        the store's error.
-        """
-        waiters = [_Waiter() for _ in items]
-        self._pending.extend(zip(items, waiters, strict=True))
+    def submit(
+        self, entries: list[tuple[Completion | Failure | Lease, _Call]], slot: _Slot | None
+    ) -> None:
+        """Queue ``entries`` for the next write; ``slot`` is released once all are written."""
+        group = _Group(len(entries), slot)
+        self._pending.extend((item, call, group) for item, call in entries)
+        if not self._unsettled:
+            self._idle = trio.Event()
+        self._unsettled += len(entries)
         self._wakeup.set()
-        for waiter in waiters:
-            await waiter.event.wait()
-        return [waiter.error if waiter.error is not None else waiter.ok for waiter in waiters]
+
+    async def drain(self) -> None:
+        """Wait until every settlement handed over so far is written (or failed)."""
+        while self._unsettled:
+            await self._idle.wait()
 
     async def run(self) -> None:
         try:
             while True:
                 await self._wakeup.wait()
                 self._wakeup = trio.Event()
-                batch, self._pending = self._pending, []
-                await self._write(batch)
+                self._writing, self._pending = self._pending, []
+                await self._write(self._writing)
         except trio.Cancelled:
-            # Completions of paid calls are worth one bounded, shielded try.
-            batch, self._pending = self._pending, []
+            # Settlements of paid calls are worth one bounded, shielded try;
+            # a write cut short by the cancellation is tried again (a
+            # settlement is fenced by its lease, so writing it twice is harmless).
+            batch = self._writing + self._pending
+            self._writing, self._pending = [], []
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + self._cleanup_timeout
                 await self._write(batch)
             raise
 
-    async def _write(self, batch: list[tuple[Completion | Failure | Lease, _Waiter]]) -> None:
-        if not batch:
-            return
-        completions: list[Completion] = []
-        failures: list[Failure] = []
-        releases: list[Lease] = []
-        waiters: tuple[list[_Waiter], list[_Waiter], list[_Waiter]] = ([], [], [])
-        for item, waiter in batch:
-            if isinstance(item, Completion):
-                completions.append(item)
-                waiters[0].append(waiter)
-            elif isinstance(item, Failure):
-                failures.append(item)
-                waiters[1].append(waiter)
-            else:
-                releases.append(item)
-                waiters[2].append(waiter)
-        now = self._now()
+    async def _write(self, batch: list[_Entry]) -> None:
+        """Write ``batch``; entries leave it as they settle (a cancelled write leaves the rest)."""
         store = self._store
-        if completions:
-            await _settle_group(waiters[0], store.complete_many(completions, now=now))
-        if failures:
-            await _settle_group(waiters[1], store.fail_many(failures, now=now))
-        if releases:
-            await _settle_group(waiters[2], store.release_many(releases, now=now))
+        writes: tuple[tuple[type, Callable[..., Awaitable[list[bool]]]], ...] = (
+            (Completion, store.complete_many),
+            (Failure, store.fail_many),
+            (Lease, store.release_many),
+        )
+        for kind, write in writes:
+            entries = [entry for entry in batch if isinstance(entry[0], kind)]
+            if not entries:
+                continue
+            outcomes: list[bool | BaseException]
+            try:
+                outcomes = list(await write([entry[0] for entry in entries], now=self._now()))
+            except Exception as exc:
+                outcomes = [exc] * len(entries)
+            batch[:] = [entry for entry in batch if not isinstance(entry[0], kind)]
+            for (item, call, group), outcome in zip(entries, outcomes, strict=True):
+                self._on_settled(call, item, outcome)
+                group.remaining -= 1
+                if group.remaining == 0 and group.slot is not None:
+                    self._release_slot(group.slot)
+            self._unsettled -= len(entries)
+            if not self._unsettled:
+                self._idle.set()
 
 
-async def _settle_group(waiters: list[_Waiter], write: Awaitable[list[bool]]) -> None:
-    """Await one store write and wake its waiters with their results (or its error)."""
-    try:
-        results = await write
-    except Exception as exc:
-        for waiter in waiters:
-            waiter.fail(exc)
-        return
-    for waiter, ok in zip(waiters, results, strict=True):
-        waiter.succeed(ok)
+_Slot = tuple["ProviderGate | None", object]  # a governor slot: the gate and its borrower
 
 
-class _Waiter:
-    __slots__ = ("error", "event", "ok")
+class _Group:
+    """The settlements of one execution, which share one governor slot."""
 
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.ok = False
-        self.error: BaseException | None = None
+    __slots__ = ("remaining", "slot")
 
-    def succeed(self, ok: bool) -> None:
-        self.ok = ok
-        self.event.set()
+    def __init__(self, remaining: int, slot: _Slot | None) -> None:
+        self.remaining = remaining
+        self.slot = slot
 
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.event.set()
+
+_Entry = tuple[Completion | Failure | Lease, _Call, _Group]
 
 
 class _Lane:
@@ -361,7 +373,9 @@ class Dispatcher:
         self._lanes: dict[str, _Lane] = {}
         self._gates: dict[str, ProviderGate] = {}
         self._hydration = trio.Lock()
-        self._settler = _Settler(store, wall_clock, limits.cleanup_timeout)
+        self._settler = _Settler(
+            store, wall_clock, limits.cleanup_timeout, self._on_settled, self._release_slot
+        )
         self._latch: BaseException | None = None
         self.stats = DispatchStats()
         nursery.start_soon(self._settler.run)
@@ -373,6 +387,10 @@ class Dispatcher:
     def latch(self) -> BaseException | None:
         """The error that tripped the persistence latch, if it tripped."""
         return self._latch
+
+    async def drain(self) -> None:
+        """Wait until every result delivered so far is durably settled (or failed to be)."""
+        await self._settler.drain()
 
     # -- entry points -------------------------------------------------------
     async def call_tool(
@@ -501,8 +519,8 @@ class Dispatcher:
     def _deliver(self, call: _Call, value: Any = None, error: BaseException | None = None) -> None:
         call.value = value
         call.error = error
-        if self._inflight.get(call.key) is call:
-            del self._inflight[call.key]
+        if not call.settling:
+            self._forget(call)
         call.done.set()
         call.ready.set()
         cohort = call.cohort
@@ -510,6 +528,11 @@ class Dispatcher:
             cohort.remaining -= 1
             if cohort.remaining == 0:
                 cohort.settled.set()
+
+    def _forget(self, call: _Call) -> None:
+        """The key is no longer in flight: an identical call from now on claims again."""
+        if self._inflight.get(call.key) is call:
+            del self._inflight[call.key]
 
     # -- a batch ------------------------------------------------------------
     async def process(
@@ -673,36 +696,33 @@ class Dispatcher:
         else after 0.1 s × the try. The governor slot is given back while it waits.
         """
         first = owned[0][0]
-        leases = [Lease(call.key, claim.lease_id) for call, claim in owned]
+        gated = first.kind != "local"
         tries_left = first.retries if batch is None else 0
         retry = 0
         while True:
-            try:
-                if first.kind != "local":
-                    await self._governor.acquire(first.gate)
-            except trio.Cancelled:
-                await self._release_shielded(leases)
-                raise
+            if gated:
+                try:
+                    await self._governor.acquire(first.gate, first)
+                except trio.Cancelled:
+                    await self._release_shielded(_leases(owned))
+                    raise
+            handed_over = False
             try:
                 delay = await self._execute_admitted(owned, batch, retry, retry < tries_left)
+                handed_over = delay is None  # the settler releases the slot
             except trio.Cancelled:
-                unsettled = [
-                    lease
-                    for (call, _), lease in zip(owned, leases, strict=True)
-                    if not call.settling
-                ]
-                await self._release_shielded(unsettled)
+                await self._release_shielded(_leases(owned))
                 raise
             finally:
-                if first.kind != "local":
-                    self._governor.release(first.gate)
+                if gated and not handed_over:
+                    self._governor.release(first.gate, first)
             if delay is None:
                 return
             retry += 1
             try:
                 await trio.sleep(delay)
             except trio.Cancelled:
-                await self._release_shielded(leases)
+                await self._release_shielded(_leases(owned))
                 raise
 
     async def _execute_admitted(
@@ -712,19 +732,21 @@ class Dispatcher:
         retry: int,
         may_retry: bool,
     ) -> float | None:
-        """Call the provider and settle, or return the delay before a retry."""
+        """Call the provider and hand the results to the settler, or return the delay
+        before a retry. Once handed over, the governor slot is the settler's to release.
+        """
         first = owned[0][0]
         if self._latch is not None and first.kind != "local":
             latch = PersistenceLatchTripped(
-                "no new provider call: an earlier completion could not be recorded"
+                f"no new provider call: an earlier completion could not be recorded ({self._latch})"
             )
-            await self._settle(owned, [latch] * len(owned))
+            self._settle(owned, [latch] * len(owned))
             return None
         now = self._now()
         if any(call.lost or call.expires_at <= now for call, _ in owned):
             # Cheap ownership check from the last confirmed expiry: never call a
             # provider for a receipt that may have a new owner by now.
-            await self._settle(owned, [LeaseLost(call.key) for call, _ in owned])
+            self._settle(owned, [LeaseLost(call.key) for call, _ in owned])
             return None
         timeout = first.timeout if first.timeout is not None else self._limits.tool_timeout
         deadline = trio.current_time() + timeout
@@ -769,7 +791,7 @@ class Dispatcher:
             if error.category == "rate_limit" and error.retry_after:
                 return error.retry_after
             return 0.1 * (retry + 1)
-        await self._settle(owned, results)
+        self._settle(owned, results)
         return None
 
     @staticmethod
@@ -800,60 +822,72 @@ class Dispatcher:
             error = wrapped
         return error, True
 
-    async def _settle(self, owned: list[tuple[_Call, Claimed]], results: list[Any]) -> None:
-        """Record each result durably (complete, fail or release), then deliver it."""
-        items: list[Completion | Failure | Lease] = []
-        delivered: list[tuple[Any, BaseException | None]] = []
+    def _settle(self, owned: list[tuple[_Call, Claimed]], results: list[Any]) -> None:
+        """Deliver each result and hand its settlement (complete, fail or release) to the settler.
+
+        The caller gets a completed result as it will replay (parsed back from
+        its JSON). Until the write is done the call stays in flight, so an
+        identical call follows it instead of finding its receipt still leased.
+        """
+        entries: list[tuple[Completion | Failure | Lease, _Call]] = []
         for (call, claim), result in zip(owned, results, strict=True):
-            error: BaseException | None = None
+            call.settling = True
             if not isinstance(result, BaseException):
                 try:
                     text = dumps(result)
                 except (TypeError, ValueError) as exc:
-                    error = ToolExecutionError(
+                    result = ToolExecutionError(
                         f"{call.operation} {call.name!r} returned a value that is not JSON: {exc}",
                         tool_id=call.name,
                     )
-                    result = error
                 else:
-                    call.settling = True
-                    items.append(Completion(call.key, claim.lease_id, text))
-                    delivered.append((text, None))
+                    entries.append((Completion(call.key, claim.lease_id, text), call))
+                    self._deliver(call, loads(text))
                     continue
             error, record = self._classify(call, result)
             if record:
                 self.stats.failed_calls += 1
-                items.append(Failure(call.key, claim.lease_id, dumps(error_to_record(error))))
+                entries.append(
+                    (Failure(call.key, claim.lease_id, dumps(error_to_record(error))), call)
+                )
             else:
-                items.append(Lease(call.key, claim.lease_id))
-            delivered.append((None, error))
-        outcomes = await self._settler.settle_many(items)
-        for (call, _), item, (text, error), outcome in zip(
-            owned, items, delivered, outcomes, strict=True
-        ):
-            if isinstance(item, Completion):
-                if isinstance(outcome, BaseException):
-                    self._deliver(call, error=self._latch_error(call, outcome))
-                elif not outcome:
-                    self._deliver(call, error=LeaseLost(call.key))
-                else:
-                    self._deliver(call, loads(text))
-                continue
-            assert error is not None
-            if isinstance(outcome, BaseException) and isinstance(item, Failure):
-                error.add_note(f"trioplay: recording this failure also failed: {outcome}")
-            # An unreleased lease only delays a rerun until it expires.
+                # An unreleased lease only delays a rerun until it expires.
+                entries.append((Lease(call.key, claim.lease_id), call))
             self._deliver(call, error=error)
+        first = owned[0][0]
+        self._settler.submit(entries, (first.gate, first) if first.kind != "local" else None)
 
-    def _latch_error(self, call: _Call, cause: BaseException) -> BaseException:
-        if self._latch is None:
-            self._latch = cause
-        error = PersistenceLatchTripped(
-            f"{call.operation} {call.name!r} succeeded but its receipt could not be "
-            f"recorded ({cause}); no further provider call will start in this run"
-        )
-        error.__cause__ = cause
-        return error
+    def _on_settled(
+        self, call: _Call, item: Completion | Failure | Lease, outcome: bool | BaseException
+    ) -> None:
+        """A settlement was written (``True``), fenced off (``False``) or failed (an error)."""
+        self._forget(call)
+        if isinstance(item, Completion):
+            if isinstance(outcome, BaseException):
+                if self._latch is None:
+                    self._latch = outcome
+                log.error(
+                    "%s %r succeeded but its receipt could not be recorded (%s); "
+                    "no further provider call will start in this run",
+                    call.operation,
+                    call.name,
+                    outcome,
+                )
+            elif not outcome:
+                log.warning(
+                    "%s %r: its lease was taken over before its result was recorded; "
+                    "the receipt keeps the new owner's result",
+                    call.operation,
+                    call.name,
+                )
+        elif isinstance(item, Failure) and isinstance(outcome, BaseException):
+            log.warning(
+                "%s %r: recording its failure also failed: %s", call.operation, call.name, outcome
+            )
+
+    def _release_slot(self, slot: _Slot) -> None:
+        gate, borrower = slot
+        self._governor.release(gate, borrower)
 
     def _count_start(self, call: _Call, n: int) -> None:
         if call.kind == "provider":
@@ -872,6 +906,11 @@ class Dispatcher:
                 await self._store.release_many(leases, now=self._now())
             except Exception:
                 pass  # left to expire
+
+
+def _leases(owned: list[tuple[_Call, Claimed]]) -> list[Lease]:
+    """The leases of calls not yet handed to the settler."""
+    return [Lease(call.key, claim.lease_id) for call, claim in owned if not call.settling]
 
 
 def _tool_executor(spec: ToolSpec, input: Any) -> Execute:

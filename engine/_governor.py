@@ -107,48 +107,50 @@ class Governor:
             gate = self._providers[provider] = ProviderGate(provider, rate, concurrency)
         return gate
 
-    def try_acquire(self, gate: ProviderGate | None) -> bool:
+    def try_acquire(self, gate: ProviderGate | None, borrower: object) -> bool:
         """Pass every gate now if none would make us wait (no checkpoint)."""
         limiter = gate.limiter if gate is not None else None
         bucket = gate.bucket if gate is not None else None
         if limiter is not None:
             try:
-                limiter.acquire_nowait()
+                limiter.acquire_on_behalf_of_nowait(borrower)
             except trio.WouldBlock:
                 return False
-        if (bucket is None or bucket.take_nowait()) and self._external_nowait():
+        if (bucket is None or bucket.take_nowait()) and self._external_nowait(borrower):
             return True
         if limiter is not None:
-            limiter.release()
+            limiter.release_on_behalf_of(borrower)
         return False
 
-    def _external_nowait(self) -> bool:
+    def _external_nowait(self, borrower: object) -> bool:
         try:
-            self.external.acquire_nowait()
+            self.external.acquire_on_behalf_of_nowait(borrower)
         except trio.WouldBlock:
             return False
         return True
 
-    async def acquire(self, gate: ProviderGate | None) -> None:
-        """Pass every gate; on cancellation nothing stays held.
+    async def acquire(self, gate: ProviderGate | None, borrower: object) -> None:
+        """Pass every gate on behalf of ``borrower``; on cancellation nothing stays held.
 
-        The uncontended case returns without a scheduler round trip: on the
-        hot path of a map every avoided checkpoint is throughput.
+        The slot belongs to ``borrower``, not to the calling task, so another
+        task (the settler, once the receipt is written) may release it. The
+        uncontended case returns without a scheduler round trip: on the hot
+        path of a map every avoided checkpoint is throughput.
         """
-        if self.try_acquire(gate):
+        if self.try_acquire(gate, borrower):
             return
         if gate is not None and gate.limiter is not None:
-            await gate.limiter.acquire()
+            await gate.limiter.acquire_on_behalf_of(borrower)
         try:
             if gate is not None and gate.bucket is not None:
                 await gate.bucket.take()
-            await self.external.acquire()
+            await self.external.acquire_on_behalf_of(borrower)
         except BaseException:
             if gate is not None and gate.limiter is not None:
-                gate.limiter.release()
+                gate.limiter.release_on_behalf_of(borrower)
             raise
 
-    def release(self, gate: ProviderGate | None) -> None:
-        self.external.release()
+    def release(self, gate: ProviderGate | None, borrower: object) -> None:
+        self.external.release_on_behalf_of(borrower)
         if gate is not None and gate.limiter is not None:
-            gate.limiter.release()
+            gate.limiter.release_on_behalf_of(borrower)

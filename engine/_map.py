@@ -288,6 +288,8 @@ class _MapRun:
             nursery.cancel_scope.cancel()
         if error is not None:
             raise error
+        # A returned map's effects are durable: its last receipts are written.
+        await self.ctx.drain_receipts()
         latch = self.ctx.latch
         if latch is not None:
             raise PersistenceLatchTripped(

@@ -17,7 +17,7 @@ import trio
 from ._budget import ByteBudget
 from ._context import PlayContext
 from ._dispatch import Dispatcher, DispatchStats
-from ._errors import PlayDefinitionError, PlayInputError, format_error
+from ._errors import PersistenceLatchTripped, PlayDefinitionError, PlayInputError, format_error
 from ._events import EventSink, RuntimeEvent, deliver
 from ._governor import Governor
 from ._groups import open_nursery
@@ -169,6 +169,11 @@ class Runtime:
                 stats = dispatcher.stats
                 ctx = PlayContext(self, dispatcher, run_id, record.attempt, name)
                 output = await play(ctx, input)
+                await dispatcher.drain()
+                if dispatcher.latch is not None:
+                    raise PersistenceLatchTripped(
+                        f"run {run_id}: a completion could not be recorded ({dispatcher.latch})"
+                    ) from dispatcher.latch
                 nursery.cancel_scope.cancel()
             try:
                 output_json = dumps_output(output)
