@@ -51,6 +51,9 @@ SCHEMA_VERSION = 1
 # Keys per "IN (...)" list: below even old SQLite's limit of 999 bound variables.
 _CHUNK = 500
 _BUSY_TIMEOUT = 5.0
+# Jobs at most this large run inline, on the Trio thread (a few ms at most).
+_INLINE_BYTES = 1 << 20
+_INLINE_KEYS = 4096
 _WAL_CHECKPOINT_PAGES = 10_000
 
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -239,13 +242,21 @@ class SqliteStore:
         *,
         interruptible: bool = False,
         urgent: bool = False,
+        inline: bool | None = None,
     ) -> T:
+        """Run ``work`` as one job; short jobs run inline (see :meth:`_Worker.run`).
+
+        ``inline`` defaults to ``not interruptible``: reads that may scan a
+        whole table run on the thread, where cancelling them interrupts them.
+        """
+        if inline is None:
+            inline = not interruptible
         await trio.lowlevel.checkpoint_if_cancelled()
         worker = self._worker
         if worker is None:
             raise StoreError(f"{self.url}: {operation}: the store is not open")
         try:
-            return await worker.run(work, interruptible=interruptible, urgent=urgent)
+            return await worker.run(work, interruptible=interruptible, urgent=urgent, inline=inline)
         except (sqlite3.Error, OSError, UnicodeEncodeError) as exc:
             # OSError: creating the parent directories; UnicodeEncodeError: text
             # that is not valid UTF-8 (a lone surrogate) cannot be stored.
@@ -321,13 +332,20 @@ class SqliteStore:
     async def write_terminal_rows(
         self, run_id: str, dataset: str, rows: Sequence[SheetRow]
     ) -> None:
-        await self._call("write_terminal_rows", partial(_write_rows, run_id, dataset, rows))
+        # A large batch is written on the thread, so the event loop goes on meanwhile.
+        small = sum(len(row.data_json) for row in rows) <= _INLINE_BYTES
+        await self._call(
+            "write_terminal_rows", partial(_write_rows, run_id, dataset, rows), inline=small
+        )
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
     ) -> dict[str, SheetEntry]:
         return await self._call(
-            "sheet_status", partial(_sheet_status, run_id, dataset, keys), interruptible=True
+            "sheet_status",
+            partial(_sheet_status, run_id, dataset, keys),
+            interruptible=True,
+            inline=len(keys) <= _INLINE_KEYS,
         )
 
     async def read_rows(
@@ -435,6 +453,7 @@ class _Worker:
         self._submitted = itertools.count()
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._outstanding = 0  # jobs handed to the thread and not back (Trio thread only)
         self._thread = threading.Thread(
             target=self._serve, name=f"trioplay-sqlite {path}", daemon=True
         )
@@ -447,10 +466,29 @@ class _Worker:
         interruptible: bool = False,
         urgent: bool = False,
         last: bool = False,
+        inline: bool = False,
     ) -> T:
+        """Run ``work(conn)``: on the thread, or here when ``inline`` and the thread is idle.
+
+        An inline job costs no thread round trip. It never waits for a lock
+        (the connection's busy timeout is 0): a job that finds the database
+        locked by another connection moves to the thread, which waits.
+        """
+        if inline and not self._outstanding and self._conn is not None:
+            # The thread is idle, so the connection is ours to use here.
+            try:
+                done = work(self._conn)
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                # Another connection holds the lock: wait for it on the thread.
+            else:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return done
         task = trio.lowlevel.current_task()
         job = _Job(work, task, trio.lowlevel.current_trio_token(), interruptible, last)
         self._jobs.put((not urgent, next(self._submitted), job))
+        self._outstanding += 1
 
         def abort(_: object) -> trio.lowlevel.Abort:
             with self._lock:
@@ -469,6 +507,8 @@ class _Worker:
                 # Raise the cancellation that interrupted the read, not its error.
                 await trio.lowlevel.checkpoint()
             raise
+        finally:
+            self._outstanding -= 1
         return result
 
     async def stop(self) -> None:
@@ -498,13 +538,34 @@ class _Worker:
             if job.last:
                 return None
             self._conn = _connect(self._path)
-        return job.work(self._conn)
+        # The connection's own busy timeout is 0 (inline jobs must not block
+        # the event loop), so the thread waits for other connections' locks here.
+        deadline = time.monotonic() + _BUSY_TIMEOUT
+        pause = 0.001
+        while True:
+            try:
+                return job.work(self._conn)
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or job.interrupted or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """The database is locked by another connection (SQLITE_BUSY or SQLITE_LOCKED)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "locked" in str(exc)
+    return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _connect(path: str) -> sqlite3.Connection:
     if path != ":memory:":
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT, isolation_level=None, cached_statements=512)
+    conn = sqlite3.connect(
+        path, timeout=0, isolation_level=None, cached_statements=512, check_same_thread=False
+    )
     try:
         _enable_wal(conn)
         conn.execute("PRAGMA synchronous = NORMAL")

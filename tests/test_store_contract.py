@@ -1010,6 +1010,47 @@ async def test_sqlite_cancelling_a_long_read_interrupts_it(tmp_path: Path) -> No
         await store.aclose()
 
 
+async def test_sqlite_a_call_that_finds_the_file_locked_waits_off_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    # Short calls run inline on the Trio thread, never waiting for a lock
+    # there: one that finds another connection's write lock moves to the
+    # store's thread and waits for it, while the event loop goes on.
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    await store.write_terminal_rows("run-1", "leads", [row("a", 0)])  # the connection is open
+    other = sqlite3.connect(tmp_path / "x.db", isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    ticks = ticks_at_unlock = 0
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    await trio.sleep(0.01)
+                    ticks += 1
+
+            async def unlock_later() -> None:
+                nonlocal ticks_at_unlock
+                await trio.sleep(0.3)
+                ticks_at_unlock = ticks
+                other.execute("COMMIT")
+
+            nursery.start_soon(tick)
+            nursery.start_soon(unlock_later)
+            started = trio.current_time()
+            outcomes = await claim(store, req("k"))
+            waited = trio.current_time() - started
+            nursery.cancel_scope.cancel()
+        assert isinstance(outcomes[0], Claimed)
+        assert ticks_at_unlock >= 10  # the loop ran while the claim waited for the lock
+        assert 0.3 <= waited < 2
+    finally:
+        other.close()
+        await store.aclose()
+
+
 async def test_sqlite_open_fails_cleanly_where_it_cannot_create_the_file(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -1030,7 +1071,7 @@ async def test_sqlite_lease_renewals_go_ahead_of_queued_work(tmp_path: Path) -> 
     async def hold_the_worker() -> None:
         # Private, like the interrupt test: only a job of our own can hold
         # the worker still while others queue up behind it.
-        await store._call("gate", lambda conn: gate.wait(5))
+        await store._call("gate", lambda conn: gate.wait(5), inline=False)
 
     async def take_over() -> None:  # queued first; finds the lease expired if it runs first
         answers["claim"] = await claim(store, req("k"), owner="w2", now=NOW + TTL)
