@@ -306,9 +306,11 @@ class RowContext:
         key: str | None = None,
     ) -> Any:
         """Same as :meth:`PlayContext.tool`."""
-        return await self._ctx.tool(
+        ctx = self._ctx
+        return await ctx._dispatcher.call_tool(
             tool_id,
             input,
+            scope=ctx._play,
             force=force,
             stale_after=stale_after,
             timeout=timeout,

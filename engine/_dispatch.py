@@ -32,6 +32,7 @@ the run fails with :class:`PersistenceLatchTripped`.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import inspect
 import logging
@@ -118,6 +119,7 @@ class _Call:
         "scope",
         "settling",
         "size",
+        "slotted",
         "stale_after",
         "timeout",
         "value",
@@ -129,7 +131,7 @@ class _Call:
         operation: str,
         name: str,
         key: str,
-        execute: Execute,
+        execute: Callable[..., Awaitable[Any]],  # a tool's fn(input, call), else fn(call)
         gate: ProviderGate | None,
         kind: str,
         input: Any = None,
@@ -166,6 +168,7 @@ class _Call:
         self.expires_at = math.inf  # the last confirmed expiry of our lease
         self.lost = False  # a heartbeat found the lease gone
         self.scope: trio.CancelScope | None = None  # cancelled when the lease is lost
+        self.slotted = False  # its governor slot was taken for its owner (see _admit)
 
 
 class _Cohort:
@@ -427,7 +430,7 @@ class Dispatcher:
             operation="tool",
             name=tool_id,
             key=key,
-            execute=_tool_executor(spec, input),
+            execute=spec.fn,
             gate=gate,
             kind="provider",
             input=input,
@@ -500,6 +503,9 @@ class Dispatcher:
                 assert claim is not None
                 await self._execute([(call, claim)], None)
         finally:
+            if call.slotted:  # cancelled between its admission and its execution
+                call.slotted = False
+                self._release_slot((call.gate, call))
             if not call.done.is_set():
                 if call.claim is not None and not call.settling:
                     await self._release_shielded([Lease(call.key, call.claim.lease_id)])
@@ -596,7 +602,7 @@ class Dispatcher:
             else:
                 for call, claim in owned:
                     call.claim = claim
-                    call.ready.set()  # its owner runs it (see _run_owned)
+                    self._admit(call)  # its owner runs it (see _run_owned)
         if settled:
             await self._hydrate(settled)
 
@@ -700,7 +706,9 @@ class Dispatcher:
         tries_left = first.retries if batch is None else 0
         retry = 0
         while True:
-            if gated:
+            if first.slotted:
+                first.slotted = False  # taken for us by _admit; ours to release now
+            elif gated:
                 try:
                     await self._governor.acquire(first.gate, first)
                 except trio.Cancelled:
@@ -715,7 +723,7 @@ class Dispatcher:
                 raise
             finally:
                 if gated and not handed_over:
-                    self._governor.release(first.gate, first)
+                    self._release_slot((first.gate, first))
             if delay is None:
                 return
             retry += 1
@@ -767,7 +775,9 @@ class Dispatcher:
             call.scope = scope
         try:
             with scope:
-                if batch is None:
+                if batch is None and first.operation == "tool":
+                    results = [await first.execute(first.input, tool_calls[0])]
+                elif batch is None:
                     results = [await first.execute(tool_calls[0])]
                 else:
                     results = list(await batch([call.input for call, _ in owned], tool_calls))
@@ -885,6 +895,30 @@ class Dispatcher:
                 "%s %r: recording its failure also failed: %s", call.operation, call.name, outcome
             )
 
+    def _admit(self, call: _Call) -> None:
+        """Let the owner of a claimed call run it, its governor slot taken here when possible.
+
+        Taking the slot for the owner (now, or as soon as a release frees one)
+        wakes the owner once, for its claim and its slot together. Calls to a
+        provider with a rate or concurrency limit of its own, and steps, wait
+        for their gates in their owner's task instead.
+        """
+        gate = call.gate
+        unlimited = gate is None or (gate.limiter is None and gate.bucket is None)
+        if call.kind != "local" and unlimited:
+            if not self._governor.acquire_or_queue(call, functools.partial(self._granted, call)):
+                return
+            call.slotted = True
+        call.ready.set()
+
+    @staticmethod
+    def _granted(call: _Call) -> bool:
+        if call.done.is_set():
+            return False  # its owner is gone: the governor takes the slot back
+        call.slotted = True
+        call.ready.set()
+        return True
+
     def _release_slot(self, slot: _Slot) -> None:
         gate, borrower = slot
         self._governor.release(gate, borrower)
@@ -913,15 +947,6 @@ def _leases(owned: list[tuple[_Call, Claimed]]) -> list[Lease]:
     return [Lease(call.key, claim.lease_id) for call, claim in owned if not call.settling]
 
 
-def _tool_executor(spec: ToolSpec, input: Any) -> Execute:
-    fn = spec.fn
-
-    async def execute(call: ToolCall) -> Any:
-        return await fn(input, call)
-
-    return execute
-
-
 def local_executor(fn: Callable[[], Any]) -> Execute:
     """Wrap a step function (sync, async, or returning an awaitable)."""
 
@@ -941,8 +966,20 @@ def tool_receipt_key(tool_id: str, canonical_input: str, scope: str) -> str:
     the canonical JSON of the input: independent of dict key order, of the
     process and of the Python version.
     """
-    head = canonical_json(["tool", tool_id, scope]).encode()
-    return hashlib.sha256(head + canonical_input.encode()).hexdigest()
+    return _key_hasher(tool_id, scope)(canonical_input)
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_hasher(tool_id: str, scope: str) -> Callable[[str], str]:
+    """The key function of one tool in one scope, its head hashed once."""
+    head = hashlib.sha256(canonical_json(["tool", tool_id, scope]).encode())
+
+    def key(canonical_input: str) -> str:
+        digest = head.copy()
+        digest.update(canonical_input.encode())
+        return digest.hexdigest()
+
+    return key
 
 
 def _copy_error(error: Exception) -> Exception:

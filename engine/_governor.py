@@ -15,12 +15,15 @@ of occupying global slots other providers could use.
 
 from __future__ import annotations
 
+import collections
 import math
 from typing import TYPE_CHECKING
 
 import trio
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._tools import Rate
 
 
@@ -99,6 +102,9 @@ class Governor:
     def __init__(self, max_concurrent_external_calls: int) -> None:
         self.external = trio.CapacityLimiter(max_concurrent_external_calls)
         self._providers: dict[str, ProviderGate] = {}
+        # Borrowers waiting for a global slot without a task of their own
+        # waiting (see acquire_or_queue), first come first served.
+        self._queued: collections.deque[tuple[object, Callable[[], bool]]] = collections.deque()
 
     def gate(self, provider: str, rate: Rate | None, concurrency: int | None) -> ProviderGate:
         """The gate of ``provider``; the first tool to name a provider sets its limits."""
@@ -150,7 +156,25 @@ class Governor:
                 gate.limiter.release_on_behalf_of(borrower)
             raise
 
+    def acquire_or_queue(self, borrower: object, granted: Callable[[], bool]) -> bool:
+        """Take a global slot for ``borrower`` now (``True``), or queue for one.
+
+        For calls whose provider has no limits of its own. A queued borrower
+        gets the slot when one is released: ``granted()`` runs then, and
+        returns ``False`` if the slot is no longer wanted (it is released
+        again at once). Nothing waits in a task, so the owner wakes once.
+        """
+        if not self._queued and self._external_nowait(borrower):
+            return True
+        self._queued.append((borrower, granted))
+        return False
+
     def release(self, gate: ProviderGate | None, borrower: object) -> None:
         self.external.release_on_behalf_of(borrower)
         if gate is not None and gate.limiter is not None:
             gate.limiter.release_on_behalf_of(borrower)
+        queued = self._queued
+        while queued and self._external_nowait(queued[0][0]):
+            waiter, granted = queued.popleft()
+            if not granted():
+                self.external.release_on_behalf_of(waiter)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _canonical = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -17,14 +20,45 @@ _canonical = json.JSONEncoder(
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _fast(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode``, minus the Python-level set-up it repeats on every call.
+
+    ``JSONEncoder.encode`` builds a C encoder for each value; on the hot path
+    (several encodings per row) building it once per call here costs half as
+    much. Same output, same errors; falls back where the C encoder is absent.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has it
+        return encoder.encode
+    args = (
+        encoder.default,
+        json.encoder.encode_basestring,  # ensure_ascii=False
+        None,  # indent
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+
+    def encode(value: Any) -> str:
+        return "".join(make({}, *args)(value, 0))
+
+    return encode
+
+
+_encode_canonical = _fast(_canonical)
+_encode_compact = _fast(_compact)
+
+
 def canonical_json(value: Any) -> str:
     """The one canonical spelling of ``value``; raises ``ValueError``/``TypeError``."""
-    return _canonical.encode(value)
+    return _encode_canonical(value)
 
 
 def dumps(value: Any) -> str:
     """Compact JSON in insertion order (for stored rows and payloads)."""
-    return _compact.encode(value)
+    return _encode_compact(value)
 
 
 def _to_dict(value: Any) -> Any:

@@ -36,7 +36,9 @@ def decide_claims(
     outcomes: list[ClaimOutcome] = []
     claimed: dict[str, Receipt] = {}
     lease_expires_at = now + lease_ttl
-    for request in requests:
+    # Lease ids: one random prefix per batch, then a counter (one syscall, unique ids).
+    prefix = os.urandom(12).hex()
+    for index, request in enumerate(requests):
         key = request.key
         mine = claimed.get(key)
         if mine is not None:
@@ -45,7 +47,7 @@ def decide_claims(
             continue
         receipt = stored.get(key)
         if _claim_allowed(request, receipt, now):
-            lease_id = os.urandom(16).hex()
+            lease_id = f"{prefix}{index:08x}"
             mine = _claimed_receipt(request, receipt, lease_id, owner, lease_expires_at, now)
             claimed[key] = mine
             outcomes.append(Claimed(key, lease_id, lease_expires_at, mine.attempts))

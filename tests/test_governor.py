@@ -240,3 +240,44 @@ async def test_retries_run_out_and_the_error_surfaces(
             await rt.run(play, {}, run_id="r")
         assert trio.current_time() - start == pytest.approx(0.005 + 0.1 + 0.2)
     assert calls == 3
+
+
+async def test_queued_borrowers_get_released_slots_in_order_and_nothing_leaks() -> None:
+    from trioplay._governor import Governor
+
+    governor = Governor(2)
+    granted: list[str] = []
+
+    def grant(name: str, wanted: bool = True) -> Any:
+        def granted_fn() -> bool:
+            granted.append(name)
+            return wanted
+
+        return granted_fn
+
+    assert governor.acquire_or_queue("a", grant("a"))
+    assert governor.acquire_or_queue("b", grant("b"))
+    assert not governor.acquire_or_queue("c", grant("c"))
+    assert not governor.acquire_or_queue("gone", grant("gone", wanted=False))
+    assert not governor.acquire_or_queue("e", grant("e"))
+    governor.release(None, "a")
+    assert granted == ["c"]
+    # The next slot goes to "gone", which no longer wants it: "e" gets it at once.
+    governor.release(None, "b")
+    assert granted == ["c", "gone", "e"]
+    assert governor.external.borrowed_tokens == 2
+    assert set(governor.external._borrowers) == {"c", "e"}  # type: ignore[attr-defined]
+
+    # A task waiting in acquire() goes first; its release serves the queue.
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(governor.acquire, None, "task")
+        await trio.testing.wait_all_tasks_blocked()
+        assert not governor.acquire_or_queue("f", grant("f"))
+        governor.release(None, "c")
+        await trio.testing.wait_all_tasks_blocked()
+    assert granted == ["c", "gone", "e"]
+    governor.release(None, "task")
+    assert granted == ["c", "gone", "e", "f"]
+    governor.release(None, "e")
+    governor.release(None, "f")
+    assert governor.external.borrowed_tokens == 0
