@@ -1,7 +1,9 @@
 """``python -m benchmarks [names...] [--rows N] [--quick]``: run the suite.
 
 Without names it runs the default set (``throughput`` and ``memory``), which
-is what ``make bench`` does. ``--quick`` shrinks every benchmark to a few
+is what ``make bench`` does; ``all`` runs every benchmark but ``compare``
+(``compare --against REV``: the throughput of an earlier commit against the
+working tree, see :mod:`benchmarks.compare`). ``--quick`` shrinks every benchmark to a few
 seconds (one round, a few thousand rows) and saves nothing: it checks that
 the harness and the engine still work, its numbers mean little.
 """
@@ -13,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import fetch, memory, scaling, throughput
+from . import compare, fetch, memory, scaling, throughput
 
 QUICK_ROWS = 5_000
 QUICK_MEMORY_ROWS = 2_000
@@ -28,6 +30,15 @@ def _throughput(args: argparse.Namespace) -> Any:
     rounds = args.rounds or (1 if args.quick else throughput.DEFAULT_ROUNDS)
     contenders = tuple(args.only.split(",")) if args.only else throughput.CONTENDERS
     return throughput.run(rows=rows, rounds=rounds, save=args.save, contenders=contenders)
+
+
+def _compare(args: argparse.Namespace) -> Any:
+    rows = args.rows or (QUICK_ROWS if args.quick else compare.DEFAULT_ROWS)
+    rounds = args.rounds or (1 if args.quick else compare.DEFAULT_ROUNDS)
+    contenders = tuple(args.only.split(",")) if args.only else compare.DEFAULT_CONTENDERS
+    return compare.run(
+        against=args.against, rows=rows, rounds=rounds, save=args.save, contenders=contenders
+    )
 
 
 def _fetch(args: argparse.Namespace) -> Any:
@@ -62,6 +73,7 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "memory-large": (_memory_large, "peak RSS of 10,000 rows whose tool returns 1 MiB each"),
     "fetch": (_fetch, "requests/s of durable ctx.fetch (sqlite) vs plain httpx, local server"),
     "scaling": (_scaling, "rows/s of one run shared by 1, 2 and 4 processes (sqlite, postgres)"),
+    "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
 }
 DEFAULT = ("throughput", "memory")
 
@@ -72,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         description="trioplay benchmarks; see docs/benchmarks.md",
         epilog="benchmarks: "
         + "; ".join(f"{name}: {doc}" for name, (_, doc) in BENCHMARKS.items())
-        + f". Default: {' '.join(DEFAULT)}; 'all' runs every one.",
+        + f". Default: {' '.join(DEFAULT)}; 'all' runs every one but compare.",
     )
     parser.add_argument("names", nargs="*", help="benchmarks to run (default: %(default)s)")
     parser.add_argument("--rows", type=int, default=None, help="row count (base count for memory)")
@@ -80,7 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         metavar="A,B",
-        help=f"throughput contenders to run, of {','.join(throughput.CONTENDERS)} (to profile one)",
+        help=f"throughput (or compare) contenders to run, of {','.join(throughput.CONTENDERS)}",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        default="HEAD",
+        help="compare: the git revision to measure the working tree against (default: HEAD)",
     )
     parser.add_argument("--quick", action="store_true", help="a few seconds, nothing saved")
     parser.add_argument(
@@ -91,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         args.save = False
     names = args.names or list(DEFAULT)
     if names == ["all"]:
-        names = list(BENCHMARKS)
+        names = [name for name in BENCHMARKS if name != "compare"]
     unknown = [name for name in names if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
