@@ -18,11 +18,13 @@ The path of a tool call:
 5. **Execution.** The caller's own task runs its claimed call (a native
    batch request runs in a task of its own); one heartbeat task per cohort
    of calls claimed together keeps their leases. The governor admits the
-   call; it runs under its timeout with the provider idempotency key
-   (retried within the claim if the tool allows ``retries``); the result is
-   settled (completed, failed or released) through the settler, which
-   coalesces the writes of many calls into one store call; the governor
-   slot is held until then.
+   call (a call of a provider without limits of its own gets its slot as
+   it is claimed, see ``_admit``); it runs under its timeout with the
+   provider idempotency key (retried within the claim if the tool allows
+   ``retries``). The result goes to the caller at once; its settlement
+   (complete, fail or release) goes to the settler, which coalesces the
+   writes of many calls into one store call. The governor slot, and the
+   call's place in flight, are held until that write is done.
 
 If recording a completion fails after the provider succeeded, the
 persistence latch trips: no further provider call starts in this run and

@@ -35,7 +35,7 @@ class Limits:
     max_concurrent_rows: int = attrs.field(default=256, validator=_positive)
     max_concurrent_external_calls: int = attrs.field(default=64, validator=_positive)
     active_rows_budget_bytes: int = attrs.field(default=256 * MiB, validator=_positive)
-    retained_rows_budget_bytes: int = attrs.field(default=64 * MiB, validator=_non_negative)
+    retained_rows_budget_bytes: int = attrs.field(default=16 * MiB, validator=_non_negative)
     writer_buffer_bytes: int = attrs.field(default=16 * MiB, validator=_positive)
     writer_max_flush: float = attrs.field(default=0.1, validator=_positive)
     progress_flush_interval: float = attrs.field(default=0.25, validator=_positive)

@@ -736,7 +736,20 @@ def _claim_many(
     return outcomes
 
 
+class _NotAllOurs(Exception):
+    """A fenced batch found some lease not ours: roll back and go item by item."""
+
+
 def _fenced(sql: str, params: list[tuple[Any, ...]], conn: sqlite3.Connection) -> list[bool]:
+    # Usually every lease is ours: one executemany, whose total rowcount says so.
+    try:
+        with _transaction(conn):
+            if conn.executemany(sql, params).rowcount != len(params):
+                raise _NotAllOurs
+    except _NotAllOurs:
+        pass
+    else:
+        return [True] * len(params)
     # One statement per item: its rowcount says whether the lease matched.
     with _transaction(conn):
         cursor = conn.cursor()
