@@ -505,13 +505,19 @@ class Dispatcher:
                 assert claim is not None
                 await self._execute([(call, claim)], None)
         finally:
-            if call.slotted:  # cancelled between its admission and its execution
+            if not call.done.is_set():
+                # Delivered first: from now on the governor grants it no slot.
+                unsettled = call.claim is not None and not call.settling
+                self._deliver(call, error=_owner_gone(call))
+                if call.slotted:  # cancelled between its admission and its execution
+                    call.slotted = False
+                    self._release_slot((call.gate, call))
+                if unsettled:
+                    assert call.claim is not None
+                    await self._release_shielded([Lease(call.key, call.claim.lease_id)])
+            elif call.slotted:
                 call.slotted = False
                 self._release_slot((call.gate, call))
-            if not call.done.is_set():
-                if call.claim is not None and not call.settling:
-                    await self._release_shielded([Lease(call.key, call.claim.lease_id)])
-                self._deliver(call, error=_owner_gone(call))
         return self._outcome(call)
 
     async def _result_of(self, call: _Call) -> Any:
@@ -590,6 +596,11 @@ class Dispatcher:
                 await self._wait_held(call, outcome.receipt)
             else:
                 self.spawn(self._wait_held, call, outcome.receipt)
+        # A caller cancelled while its claim was in flight is gone: nobody
+        # runs its call, so its lease goes back (and it takes no slot).
+        gone = [Lease(call.key, claim.lease_id) for call, claim in owned if call.done.is_set()]
+        if gone:
+            owned = [(call, claim) for call, claim in owned if not call.done.is_set()]
         if owned:
             cohort = _Cohort(len(owned))
             for call, claim in owned:
@@ -607,6 +618,8 @@ class Dispatcher:
                     self._admit(call)  # its owner runs it (see _run_owned)
         if settled:
             await self._hydrate(settled)
+        if gone:
+            await self._release_shielded(gone)
 
     async def _hydrate(self, settled: list[tuple[_Call, Receipt]]) -> None:
         # Stored payloads can parse into many times their size: one group at a time.

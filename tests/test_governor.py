@@ -281,3 +281,37 @@ async def test_queued_borrowers_get_released_slots_in_order_and_nothing_leaks() 
     governor.release(None, "e")
     governor.release(None, "f")
     assert governor.external.borrowed_tokens == 0
+
+
+async def test_a_cancelled_run_leaves_no_governor_slot_taken() -> None:
+    # Calls queue for the two slots while two hang; cancelling the run must
+    # give back the held slots and forget the queued calls.
+    hang = trio.Event()
+
+    async def tool(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        if input["i"] < 1000:
+            await hang.wait()
+        return input
+
+    registry = trioplay.ToolRegistry()
+    registry.add("t", tool)
+
+    def play_over(rows: list[dict[str, int]]) -> Any:
+        @trioplay.play("p")
+        async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+            async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+                return await rc.tool("t", {"i": row["i"]})
+
+            return await ctx.dataset("s", rows).with_column("x", resolver).run(key="i")
+
+        return play
+
+    limits = trioplay.Limits(max_concurrent_external_calls=2)
+    async with trioplay.open_runtime(store="memory://", tools=registry, limits=limits) as rt:
+        with trio.move_on_after(0.5) as scope:
+            await rt.run(play_over([{"i": i} for i in range(50)]), {}, run_id="a")
+        assert scope.cancelled_caught
+        assert rt.governor.external.borrowed_tokens == 0
+        result = await rt.run(play_over([{"i": 1000 + i} for i in range(50)]), {}, run_id="b")
+        assert result.completed_count == 50
+        assert rt.governor.external.borrowed_tokens == 0

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import trioplay
 from trioplay.stores.memory import MemoryStore
@@ -278,3 +279,62 @@ async def test_persistence_latch_stops_further_provider_calls() -> None:
             await rt.run(play, {}, run_id="r")
     # Only calls admitted before the first failed completion ran.
     assert tool.calls <= 8
+
+
+async def test_a_failed_completion_fails_the_run_even_with_no_later_call() -> None:
+    # The caller has its result before the receipt is written; the run must
+    # still not report success when that write failed.
+    tool = CountingTool()
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.tool("finder", {"domain": "a.example"})
+
+    async with trioplay.open_runtime(store=FailingCompletions(), tools=registry(finder=tool)) as rt:
+        with pytest.raises(trioplay.PersistenceLatchTripped, match="disk full"):
+            await rt.run(play, {}, run_id="r")
+        run = await rt.store.get_run("r")
+    assert run is not None
+    assert run.status == "failed"
+    assert tool.calls == 1
+
+
+class SlowCompletions(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.claims = 0
+
+    async def claim_many(self, requests: Any, **kw: Any) -> Any:
+        self.claims += len(requests)
+        return await super().claim_many(requests, **kw)
+
+    async def complete_many(self, items: Any, *, now: float) -> list[bool]:
+        await trio.sleep(5.0)
+        return await super().complete_many(items, now=now)
+
+
+async def test_an_identical_call_while_the_receipt_is_written_follows_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The first call's receipt is still being written (5 s) when the second,
+    # identical call comes: it follows the first instead of finding the
+    # receipt leased and waiting receipt_wait_delay for it.
+    tool = CountingTool()
+    store = SlowCompletions()
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        first = await ctx.tool("finder", {"domain": "a.example"})
+        started = trio.current_time()
+        second = await ctx.tool("finder", {"domain": "a.example"})
+        return first, second, trio.current_time() - started
+
+    async with trioplay.open_runtime(store=store, tools=registry(finder=tool)) as rt:
+        first, second, took = await rt.run(play, {}, run_id="r")
+        stats = rt.last_stats
+    assert first == second == {"email": "info@a.example"}
+    assert took == 0
+    assert tool.calls == store.claims == 1
+    assert stats is not None
+    assert stats.followed == 1
+    assert await store.count_receipts("r") == {"completed": 1}
