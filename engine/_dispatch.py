@@ -249,14 +249,16 @@ class _Settler:
 
     async def _write(self, batch: list[_Entry]) -> None:
         """Write ``batch``; entries leave it as they settle (a cancelled write leaves the rest)."""
+        kinds: dict[type, list[_Entry]] = {Completion: [], Failure: [], Lease: []}
+        for entry in batch:
+            kinds[type(entry[0])].append(entry)
         store = self._store
-        writes: tuple[tuple[type, Callable[..., Awaitable[list[bool]]]], ...] = (
-            (Completion, store.complete_many),
-            (Failure, store.fail_many),
-            (Lease, store.release_many),
+        writes: tuple[Callable[..., Awaitable[list[bool]]], ...] = (
+            store.complete_many,
+            store.fail_many,
+            store.release_many,
         )
-        for kind, write in writes:
-            entries = [entry for entry in batch if isinstance(entry[0], kind)]
+        for write, entries in zip(writes, kinds.values(), strict=True):
             if not entries:
                 continue
             outcomes: list[bool | BaseException]
@@ -264,7 +266,8 @@ class _Settler:
                 outcomes = list(await write([entry[0] for entry in entries], now=self._now()))
             except Exception as exc:
                 outcomes = [exc] * len(entries)
-            batch[:] = [entry for entry in batch if not isinstance(entry[0], kind)]
+            written = {id(entry) for entry in entries}
+            batch[:] = [entry for entry in batch if id(entry) not in written]
             for (item, call, group), outcome in zip(entries, outcomes, strict=True):
                 self._on_settled(call, item, outcome)
                 group.remaining -= 1

@@ -473,7 +473,7 @@ class _MapRun:
         keyed: list[tuple[int, str, dict[str, Any]]] = []
         for index, raw in enumerate(chunk):
             position = offset + index
-            if not isinstance(raw, Mapping):
+            if not isinstance(raw, dict | Mapping):  # dict first: no ABC check
                 raise PlayInputError(
                     f"dataset {self.name!r} row {position}: expected a mapping of fields, "
                     f"got {type(raw).__name__}"
