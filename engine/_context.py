@@ -87,9 +87,9 @@ class PlayContext:
     def latch(self) -> BaseException | None:
         return self._dispatcher.latch
 
-    async def drain_receipts(self) -> None:
-        """Wait until every effect result delivered so far is durably recorded."""
-        await self._dispatcher.drain()
+    async def receipts_written(self) -> None:
+        """Wait until the receipts of every effect result delivered so far are written."""
+        await self._dispatcher.settled_up_to_now()
 
     def emit(self, type: str, data: dict[str, Any]) -> None:
         deliver(

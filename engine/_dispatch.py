@@ -101,10 +101,11 @@ class _Call:
     __slots__ = (
         "claim",
         "cohort",
-        "done",
+        "delivered",
         "error",
         "execute",
         "expires_at",
+        "followers",
         "force",
         "gate",
         "input",
@@ -114,7 +115,7 @@ class _Call:
         "lost",
         "name",
         "operation",
-        "ready",
+        "owner",
         "receipt_wait",
         "record_failures",
         "retries",
@@ -125,6 +126,7 @@ class _Call:
         "stale_after",
         "timeout",
         "value",
+        "woken",
     )
 
     def __init__(
@@ -159,8 +161,11 @@ class _Call:
         self.receipt_wait = receipt_wait
         self.record_failures = record_failures
         self.retries = retries
-        self.done = trio.Event()  # the result (or error) is delivered
-        self.ready = trio.Event()  # delivered, or claimed for its owner to run
+        self.delivered = False  # the result (or error) is in value (or error)
+        self.followers: trio.Event | None = None  # set on delivery, for identical calls
+        # Its owner waits (parked) until the call is delivered or is its to run.
+        self.owner: trio.lowlevel.Task | None = None
+        self.woken = False
         self.claim: Claimed | None = None
         self.cohort: _Cohort | None = None
         self.value: Any = None
@@ -209,9 +214,11 @@ class _Settler:
         self._pending: list[_Entry] = []
         self._writing: list[_Entry] = []
         self._wakeup = trio.Event()
-        self._unsettled = 0
-        self._idle = trio.Event()
-        self._idle.set()
+        # Entries ever handed over, and how many of the first ones are written:
+        # batches are written in order, so "written >= n" covers the first n.
+        self._submitted = 0
+        self._written = 0
+        self._progress = trio.Event()  # set (and replaced) each time a batch is written
 
     def submit(
         self, entries: list[tuple[Completion | Failure | Lease, _Call]], slot: _Slot | None
@@ -219,15 +226,24 @@ class _Settler:
         """Queue ``entries`` for the next write; ``slot`` is released once all are written."""
         group = _Group(len(entries), slot)
         self._pending.extend((item, call, group) for item, call in entries)
-        if not self._unsettled:
-            self._idle = trio.Event()
-        self._unsettled += len(entries)
+        self._submitted += len(entries)
         self._wakeup.set()
 
+    async def written_up_to_now(self) -> None:
+        """Wait until every settlement handed over before this call is written (or failed)."""
+        mark = self._submitted
+        while self._written < mark:
+            await self._progress.wait()
+
     async def drain(self) -> None:
-        """Wait until every settlement handed over so far is written (or failed)."""
-        while self._unsettled:
-            await self._idle.wait()
+        """Wait until no settlement is left, including any handed over meanwhile."""
+        while self._written < self._submitted:
+            await self._progress.wait()
+
+    def _advance(self, count: int) -> None:
+        self._written += count
+        self._progress.set()
+        self._progress = trio.Event()
 
     async def run(self) -> None:
         try:
@@ -235,7 +251,9 @@ class _Settler:
                 await self._wakeup.wait()
                 self._wakeup = trio.Event()
                 self._writing, self._pending = self._pending, []
+                count = len(self._writing)
                 await self._write(self._writing)
+                self._advance(count)
         except trio.Cancelled:
             # Settlements of paid calls are worth one bounded, shielded try;
             # a write cut short by the cancellation is tried again (a
@@ -245,6 +263,8 @@ class _Settler:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + self._cleanup_timeout
                 await self._write(batch)
+            # Written or not, nothing more will be: release whoever waits on them.
+            self._advance(self._submitted - self._written)
             raise
 
     async def _write(self, batch: list[_Entry]) -> None:
@@ -273,9 +293,6 @@ class _Settler:
                 group.remaining -= 1
                 if group.remaining == 0 and group.slot is not None:
                     self._release_slot(group.slot)
-            self._unsettled -= len(entries)
-            if not self._unsettled:
-                self._idle.set()
 
 
 _Slot = tuple["ProviderGate | None", object]  # a governor slot: the gate and its borrower
@@ -400,6 +417,14 @@ class Dispatcher:
         """Wait until every result delivered so far is durably settled (or failed to be)."""
         await self._settler.drain()
 
+    async def settled_up_to_now(self) -> None:
+        """Wait until the receipts of every result delivered before now are written.
+
+        The terminal-row writer waits for this before each batch, so a row
+        never commits before the receipts of the calls it used.
+        """
+        await self._settler.written_up_to_now()
+
     # -- entry points -------------------------------------------------------
     async def call_tool(
         self,
@@ -490,7 +515,7 @@ class Dispatcher:
         try:
             await self.process([call], inline=True)
         except BaseException:
-            if not call.done.is_set():
+            if not call.delivered:
                 self._deliver(call, error=_owner_gone(call))
             raise
         return await self._run_owned(call)
@@ -502,13 +527,13 @@ class Dispatcher:
         own, and cancelling the caller cancels exactly its call.
         """
         try:
-            await call.ready.wait()
-            if not call.done.is_set():
+            await _wait_for_turn(call)
+            if not call.delivered:
                 claim = call.claim
                 assert claim is not None
                 await self._execute([(call, claim)], None)
         finally:
-            if not call.done.is_set():
+            if not call.delivered:
                 # Delivered first: from now on the governor grants it no slot.
                 unsettled = call.claim is not None and not call.settling
                 self._deliver(call, error=_owner_gone(call))
@@ -524,7 +549,10 @@ class Dispatcher:
         return self._outcome(call)
 
     async def _result_of(self, call: _Call) -> Any:
-        await call.done.wait()
+        if not call.delivered:
+            if call.followers is None:
+                call.followers = trio.Event()
+            await call.followers.wait()
         return self._outcome(call)
 
     @staticmethod
@@ -538,8 +566,10 @@ class Dispatcher:
         call.error = error
         if not call.settling:
             self._forget(call)
-        call.done.set()
-        call.ready.set()
+        call.delivered = True
+        if call.followers is not None:
+            call.followers.set()
+        _wake(call)
         cohort = call.cohort
         if cohort is not None:
             cohort.remaining -= 1
@@ -601,9 +631,9 @@ class Dispatcher:
                 self.spawn(self._wait_held, call, outcome.receipt)
         # A caller cancelled while its claim was in flight is gone: nobody
         # runs its call, so its lease goes back (and it takes no slot).
-        gone = [Lease(call.key, claim.lease_id) for call, claim in owned if call.done.is_set()]
+        gone = [Lease(call.key, claim.lease_id) for call, claim in owned if call.delivered]
         if gone:
-            owned = [(call, claim) for call, claim in owned if not call.done.is_set()]
+            owned = [(call, claim) for call, claim in owned if not call.delivered]
         if owned:
             cohort = _Cohort(len(owned))
             for call, claim in owned:
@@ -687,7 +717,7 @@ class Dispatcher:
             with trio.move_on_after(interval):
                 await cohort.settled.wait()
                 return
-            live = [c for c in calls if not (c.settling or c.lost or c.done.is_set())]
+            live = [c for c in calls if not (c.settling or c.lost or c.delivered)]
             if not live:
                 return
             try:
@@ -704,7 +734,7 @@ class Dispatcher:
             for call, expiry in zip(live, expiries, strict=True):
                 if expiry is not None:
                     call.expires_at = expiry
-                elif not (call.settling or call.done.is_set()):
+                elif not (call.settling or call.delivered):
                     call.lost = True
                     if call.scope is not None:
                         call.scope.cancel()
@@ -927,14 +957,14 @@ class Dispatcher:
             if not self._governor.acquire_or_queue(call, functools.partial(self._granted, call)):
                 return
             call.slotted = True
-        call.ready.set()
+        _wake(call)
 
     @staticmethod
     def _granted(call: _Call) -> bool:
-        if call.done.is_set():
+        if call.delivered:
             return False  # its owner is gone: the governor takes the slot back
         call.slotted = True
-        call.ready.set()
+        _wake(call)
         return True
 
     def _release_slot(self, slot: _Slot) -> None:
@@ -958,6 +988,31 @@ class Dispatcher:
                 await self._store.release_many(leases, now=self._now())
             except Exception:
                 pass  # left to expire
+
+
+async def _wait_for_turn(call: _Call) -> None:
+    """Park the owner until its call is delivered or is its to run (see :func:`_wake`).
+
+    One parked task and one reschedule: cheaper than an Event per call.
+    """
+    if call.woken:
+        await trio.lowlevel.checkpoint()
+        return
+
+    def abort(_: object) -> trio.lowlevel.Abort:
+        call.owner = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    call.owner = trio.lowlevel.current_task()
+    await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+def _wake(call: _Call) -> None:
+    """Let the owner of ``call`` go on, now or as soon as it waits."""
+    call.woken = True
+    owner, call.owner = call.owner, None
+    if owner is not None:
+        trio.lowlevel.reschedule(owner)
 
 
 def _leases(owned: list[tuple[_Call, Claimed]]) -> list[Lease]:

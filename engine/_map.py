@@ -267,6 +267,7 @@ class _MapRun:
             max_flush=self.limits.writer_max_flush,
             cleanup_timeout=self.limits.cleanup_timeout,
             on_commit=self._on_commit,
+            before_write=ctx.receipts_written,
         )
         self.progress_dirty = False
 
@@ -288,8 +289,6 @@ class _MapRun:
             nursery.cancel_scope.cancel()
         if error is not None:
             raise error
-        # A returned map's effects are durable: its last receipts are written.
-        await self.ctx.drain_receipts()
         latch = self.ctx.latch
         if latch is not None:
             raise PersistenceLatchTripped(

@@ -9,7 +9,9 @@ same thing here). A batch is written in one store transaction when the buffer
 is full or ``writer_max_flush`` after its first row arrived, whichever comes
 first; only then is each row *committed* (``on_commit``). One batch is
 written at a time while the next one fills, so at most twice the buffer is in
-memory.
+memory. Before each batch the writer awaits ``before_write``: the map passes
+a wait for the receipts of every call its rows used, so a row never commits
+before them.
 
 A failed write latches: the writer raises the store's error (which fails the
 map), and any later :meth:`admit` raises it at once. On cancellation the
@@ -25,7 +27,7 @@ import attrs
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from ._records import SheetRow
     from ._store import Store
@@ -68,6 +70,7 @@ class TerminalRowWriter:
         max_flush: float,
         cleanup_timeout: float,
         on_commit: Callable[[list[TerminalRow]], None],
+        before_write: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._run_id = run_id
@@ -76,6 +79,9 @@ class TerminalRowWriter:
         self._max_flush = max_flush
         self._cleanup_timeout = cleanup_timeout
         self._on_commit = on_commit
+        # Awaited before each batch: the map waits there for the receipts of
+        # the calls its rows used, so no row commits before them.
+        self._before_write = before_write
         self._buffer: list[TerminalRow] = []
         self._buffered_bytes = 0
         self._first_at = 0.0
@@ -168,6 +174,8 @@ class TerminalRowWriter:
         self._active = batch
         self._active_started_at = trio.current_time()
         try:
+            if self._before_write is not None:
+                await self._before_write()
             await self._store.write_terminal_rows(
                 self._run_id, self._dataset, [item.row for item in batch]
             )
@@ -191,6 +199,8 @@ class TerminalRowWriter:
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + self._cleanup_timeout
             try:
+                if self._before_write is not None:
+                    await self._before_write()
                 await self._store.write_terminal_rows(
                     self._run_id, self._dataset, [item.row for item in batch]
                 )

@@ -338,3 +338,46 @@ async def test_an_identical_call_while_the_receipt_is_written_follows_it(
     assert stats is not None
     assert stats.followed == 1
     assert await store.count_receipts("r") == {"completed": 1}
+
+
+class OrderedWrites(MemoryStore):
+    """Checks at every sheet write that the rows' receipts are already completed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows_written = 0
+        self.violations = 0
+
+    async def complete_many(self, items: Any, *, now: float) -> list[bool]:
+        await trio.sleep(1.0)  # a slow completion write
+        return await super().complete_many(items, now=now)
+
+    async def write_terminal_rows(self, run_id: str, dataset: str, rows: Any) -> None:
+        self.rows_written += len(rows)
+        completed = (await self.count_receipts(run_id)).get("completed", 0)
+        if completed < self.rows_written:
+            self.violations += 1
+        await super().write_terminal_rows(run_id, dataset, rows)
+
+
+async def test_a_row_commits_only_after_the_receipts_of_its_calls(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Callers have their results before the receipts are written, but a row
+    # must not reach the sheet first: after a crash, a committed row is
+    # skipped, and its receipts would stay "running" for good.
+    store = OrderedWrites()
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("finder", {"domain": row["domain"]})
+
+        rows = [{"domain": f"d{i}"} for i in range(300)]
+        return await ctx.dataset("s", rows).with_column("x", resolver).run(key="domain")
+
+    async with trioplay.open_runtime(store=store, tools=registry(finder=CountingTool())) as rt:
+        result = await rt.run(play, {}, run_id="r")
+    assert result.completed_count == 300
+    assert store.rows_written == 300
+    assert store.violations == 0
