@@ -51,7 +51,8 @@ SCHEMA_VERSION = 1
 # Keys per "IN (...)" list: below even old SQLite's limit of 999 bound variables.
 _CHUNK = 500
 _BUSY_TIMEOUT = 5.0
-# Jobs at most this large run inline, on the Trio thread (a few ms at most).
+# Jobs at most this large run inline, on the Trio thread (a few ms at most);
+# larger payloads (sheet rows, results) are written on the worker thread.
 _INLINE_BYTES = 1 << 20
 _INLINE_KEYS = 4096
 _WAL_CHECKPOINT_PAGES = 10_000
@@ -309,7 +310,8 @@ class SqliteStore:
 
     async def complete_many(self, items: Sequence[Completion], *, now: float) -> list[bool]:
         params = [(item.result_json, now, now, item.key, item.lease_id) for item in items]
-        return await self._call("complete_many", partial(_fenced, _COMPLETE, params))
+        small = sum(len(item.result_json) for item in items) <= _INLINE_BYTES
+        return await self._call("complete_many", partial(_fenced, _COMPLETE, params), inline=small)
 
     async def fail_many(self, items: Sequence[Failure], *, now: float) -> list[bool]:
         params = [(item.error_json, now, now, item.key, item.lease_id) for item in items]
