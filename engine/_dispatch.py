@@ -954,7 +954,7 @@ class Dispatcher:
         gate = call.gate
         unlimited = gate is None or (gate.limiter is None and gate.bucket is None)
         if call.kind != "local" and unlimited:
-            if not self._governor.acquire_or_queue(call, functools.partial(self._granted, call)):
+            if not self._governor.acquire_or_queue(call, self._granted):
                 return
             call.slotted = True
         _wake(call)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -104,7 +104,7 @@ class Governor:
         self._providers: dict[str, ProviderGate] = {}
         # Borrowers waiting for a global slot without a task of their own
         # waiting (see acquire_or_queue), first come first served.
-        self._queued: collections.deque[tuple[object, Callable[[], bool]]] = collections.deque()
+        self._queued: collections.deque[tuple[Any, Callable[[Any], bool]]] = collections.deque()
 
     def gate(self, provider: str, rate: Rate | None, concurrency: int | None) -> ProviderGate:
         """The gate of ``provider``; the first tool to name a provider sets its limits."""
@@ -156,12 +156,12 @@ class Governor:
                 gate.limiter.release_on_behalf_of(borrower)
             raise
 
-    def acquire_or_queue(self, borrower: object, granted: Callable[[], bool]) -> bool:
+    def acquire_or_queue(self, borrower: Any, granted: Callable[[Any], bool]) -> bool:
         """Take a global slot for ``borrower`` now (``True``), or queue for one.
 
         For calls whose provider has no limits of its own. A queued borrower
-        gets the slot when one is released: ``granted()`` runs then, and
-        returns ``False`` if the slot is no longer wanted (it is released
+        gets the slot when one is released: ``granted(borrower)`` runs then,
+        and returns ``False`` if the slot is no longer wanted (it is released
         again at once). Nothing waits in a task, so the owner wakes once.
         """
         if not self._queued and self._external_nowait(borrower):
@@ -176,5 +176,5 @@ class Governor:
         queued = self._queued
         while queued and self._external_nowait(queued[0][0]):
             waiter, granted = queued.popleft()
-            if not granted():
+            if not granted(waiter):
                 self.external.release_on_behalf_of(waiter)

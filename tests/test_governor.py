@@ -249,7 +249,8 @@ async def test_queued_borrowers_get_released_slots_in_order_and_nothing_leaks() 
     granted: list[str] = []
 
     def grant(name: str, wanted: bool = True) -> Any:
-        def granted_fn() -> bool:
+        def granted_fn(borrower: Any) -> bool:
+            assert borrower == name
             granted.append(name)
             return wanted
 
