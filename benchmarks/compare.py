@@ -36,7 +36,7 @@ from typing import Any
 import trioplay
 
 from . import throughput
-from .workload import git_describe, machine, save_results
+from .workload import git_describe, machine, save_results, stamp
 
 DEFAULT_ROWS = 20_000
 DEFAULT_ROUNDS = 3
@@ -292,7 +292,7 @@ def run(
 
     results = {
         "benchmark": "compare",
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "started_at": stamp(started),
         "rows": rows,
         "rounds": rounds,
         "machine": where | {"loadavg_after": list(os.getloadavg())},

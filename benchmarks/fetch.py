@@ -55,7 +55,7 @@ import trio
 
 import trioplay
 
-from .workload import machine, save_results
+from .workload import machine, save_results, stamp
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -322,7 +322,7 @@ def run(
         )
     results = {
         "benchmark": "fetch",
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "started_at": stamp(started),
         "requests": requests,
         "concurrency": concurrency,
         "rounds": rounds,

@@ -58,6 +58,7 @@ from .workload import (
     registry,
     save_results,
     source_rows,
+    stamp,
 )
 
 if TYPE_CHECKING:
@@ -328,7 +329,7 @@ def run(
         )
     results = {
         "benchmark": "throughput",
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "started_at": stamp(started),
         "rows": rows,
         "rounds": rounds,
         "machine": where | {"loadavg_after": list(os.getloadavg())},

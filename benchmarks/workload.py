@@ -170,6 +170,11 @@ def git_describe() -> str:
     return f"{head}{'+dirty' if dirty else ''}"
 
 
+def stamp(seconds: float) -> str:
+    """``seconds`` since the epoch as local ISO 8601 time (a result's ``started_at``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
+
+
 def save_results(name: str, payload: dict[str, Any]) -> Path:
     """Write ``payload`` to ``benchmarks/results/<name>-<date>.json``."""
     RESULTS_DIR.mkdir(exist_ok=True)

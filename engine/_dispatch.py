@@ -533,19 +533,17 @@ class Dispatcher:
                 assert claim is not None
                 await self._execute([(call, claim)], None)
         finally:
+            lease: Lease | None = None
             if not call.delivered:
+                if call.claim is not None and not call.settling:
+                    lease = Lease(call.key, call.claim.lease_id)
                 # Delivered first: from now on the governor grants it no slot.
-                unsettled = call.claim is not None and not call.settling
                 self._deliver(call, error=_owner_gone(call))
-                if call.slotted:  # cancelled between its admission and its execution
-                    call.slotted = False
-                    self._release_slot((call.gate, call))
-                if unsettled:
-                    assert call.claim is not None
-                    await self._release_shielded([Lease(call.key, call.claim.lease_id)])
-            elif call.slotted:
+            if call.slotted:  # admitted, but never executed
                 call.slotted = False
                 self._release_slot((call.gate, call))
+            if lease is not None:
+                await self._release_shielded([lease])
         return self._outcome(call)
 
     async def _result_of(self, call: _Call) -> Any:

@@ -804,6 +804,16 @@ class _Driver:
         return [self.normal(value) for value in result]
 
 
+async def _replay(steps: list[tuple[Any, ...]], candidate: _Driver, reference: _Driver) -> None:
+    """Run ``steps`` on both stores; after each, the candidate must answer as the reference."""
+    now = NOW
+    for step in steps:
+        if step[0] == "advance":
+            now += step[1]
+            continue
+        assert await candidate.step(step, now) == await reference.step(step, now), step
+
+
 @given(steps=steps)
 async def test_memory_and_sqlite_agree(steps: list[tuple[Any, ...]]) -> None:
     with trio.fail_after(10):
@@ -811,12 +821,7 @@ async def test_memory_and_sqlite_agree(steps: list[tuple[Any, ...]]) -> None:
         candidate = _Driver(SqliteStore(":memory:"))
         await candidate.store.open()
         try:
-            now = NOW
-            for step in steps:
-                if step[0] == "advance":
-                    now += step[1]
-                    continue
-                assert await candidate.step(step, now) == await reference.step(step, now), step
+            await _replay(steps, candidate, reference)
         finally:
             await candidate.store.aclose()
 
@@ -1122,12 +1127,7 @@ async def test_memory_and_postgres_agree(
         try:
             # One schema serves every example: start each from empty tables.
             await trio.to_thread.run_sync(empty_receipts, postgres_schema)
-            now = NOW
-            for step in steps:
-                if step[0] == "advance":
-                    now += step[1]
-                    continue
-                assert await candidate.step(step, now) == await reference.step(step, now), step
+            await _replay(steps, candidate, reference)
         finally:
             await candidate.store.aclose()
 
