@@ -7,6 +7,10 @@ the same two zero-latency tool functions (see :mod:`benchmarks.workload`):
   rows, every row of a chunk a task.
 - ``baseline-limiter``: raw Trio, no durability; one task per row in one
   nursery, at most 256 at a time through a ``trio.CapacityLimiter(256)``.
+- ``floor-sqlite``: raw Trio and raw SQLite doing only what every durable
+  tool call and row needs (:mod:`benchmarks.floor`): the best a durable
+  engine of trioplay's design can do here. ``floor-trio``: the same
+  without the database (its Trio and Python part alone).
 - ``memory``: trioplay on ``memory://``.
 - ``sqlite``: trioplay on ``sqlite:///`` (a fresh file in a temporary
   directory each time).
@@ -48,6 +52,7 @@ import trio
 
 import trioplay
 
+from .floor import floor_sqlite
 from .workload import (
     COLUMNS,
     DATASET,
@@ -67,7 +72,14 @@ if TYPE_CHECKING:
 CHUNK = 256
 DEFAULT_ROWS = 100_000
 DEFAULT_ROUNDS = 3
-CONTENDERS = ("baseline-chunks", "baseline-limiter", "memory", "sqlite")
+CONTENDERS = (
+    "baseline-chunks",
+    "baseline-limiter",
+    "floor-trio",
+    "floor-sqlite",
+    "memory",
+    "sqlite",
+)
 STEP_ROWS = 2_000
 TARGET_ROWS_PER_S = 10_000
 TARGET_RATIO = 0.25
@@ -204,12 +216,23 @@ def _contender(name: str, n: int, tmp: Path, tag: str) -> Callable[[], Awaitable
         return lambda: baseline_chunks(n)
     if name == "baseline-limiter":
         return lambda: baseline_limiter(n)
+    if name == "floor-trio":
+        return lambda: timed_floor(n, None)
+    if name == "floor-sqlite":
+        return lambda: timed_floor(n, tmp / f"{tag}-floor.db")
     url = "memory://" if name == "memory" else f"sqlite:///{tmp / f'{tag}.db'}"
     return lambda: run_trioplay(n, url)
 
 
+async def timed_floor(n: int, path: Path | None) -> dict[str, Any]:
+    """The floor contender (see :mod:`benchmarks.floor`), timed like the others."""
+    clock = _Stopwatch()
+    out = await floor_sqlite(n, path)
+    return clock.read() | out
+
+
 def _check(name: str, n: int, out: dict[str, Any]) -> None:
-    if name.startswith("baseline"):
+    if not name.startswith(("memory", "sqlite")):
         if out["completed"] != n or out["calls"] != 2 * n:
             raise AssertionError(f"{name}: expected {n} rows and {2 * n} calls, got {out}")
         return
@@ -270,7 +293,7 @@ def run(
                 samples[name].append(elapsed)
                 gc_seconds[name].append(out["gc_seconds"])
                 cpu_seconds[name].append(out["cpu"])
-                if not name.startswith("baseline"):
+                if name in ("memory", "sqlite"):
                     stats[name] = {
                         "provider_calls": out["provider_calls"],
                         "replayed": out["replayed"],
@@ -327,6 +350,12 @@ def run(
             f"baseline: {'met' if target['met'] else 'MISSED'} "
             f"({rate['sqlite']:,.0f} rows/s, {ratio['sqlite']:.3f} x)"
         )
+    for name in ("floor-trio", "floor-sqlite"):
+        if name in rate and ratio:
+            print(
+                f"{name} (the least a durable engine of this design does here, see "
+                f"benchmarks/floor.py): {rate[name]:,.0f} rows/s, {ratio[name]:.3f} x baseline"
+            )
     results = {
         "benchmark": "throughput",
         "started_at": stamp(started),

@@ -1,27 +1,29 @@
-"""Hypothesis properties: receipt keys, and the writer's exactly-once commits."""
+"""Hypothesis properties: receipt keys, the writer's exactly-once commits, JSON parsing."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trioplay._dispatch import tool_receipt_key
-from trioplay._json import canonical_json
+from trioplay._json import canonical_json, dumps, loads
 from trioplay._records import SheetRow
 from trioplay._writer import TerminalRow, TerminalRowWriter
 from trioplay.stores.memory import MemoryStore
 
-from .strategies import json_objects, reorder
+from .strategies import json_objects, json_values, reorder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,3 +130,21 @@ def test_the_writer_commits_every_row_exactly_once(
         # With an instant store a row waits at most max_flush after admission.
         for key, at in committed_at.items():
             assert at - admitted_at[key] <= max_flush + 1e-9
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, st.sampled_from(["", " ", "\n", "x", "}", " 1"]), st.booleans())
+def test_loads_matches_json_loads(value: Any, extra: str, before: bool) -> None:
+    """The fast ``loads`` gives ``json.loads``'s value, or its error, for any text."""
+    text = dumps(value)
+    text = extra + text if before else text + extra
+    error: str | None = None
+    try:
+        expected = json.loads(text)
+    except json.JSONDecodeError as exc:
+        error = str(exc)
+    if error is not None:
+        with pytest.raises(json.JSONDecodeError, match=f"^{re.escape(error)}$"):
+            loads(text)
+    else:
+        assert loads(text) == expected

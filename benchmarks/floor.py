@@ -1,0 +1,198 @@
+"""The floor: the least any engine keeping trioplay's guarantees does per row.
+
+``floor-sqlite`` is a contender of the throughput benchmark (and
+``floor-trio`` the same without the database), written in raw
+Trio and raw :mod:`sqlite3` with nothing else: no governor, no lease
+renewal, no same-run followers, no retries, no stall observer, no memory
+budgets, no progress, no error handling. What it keeps is what DESIGN §3
+asks of every tool call and every row, each in its cheapest form:
+
+- a task per row, 256 rows at a time (as ``baseline-chunks``);
+- per tool call: the content-addressed key (SHA-256 over canonical JSON);
+  the claim written *before* the call (so no other process pays for the same
+  key), for which the row task parks until a batch of claims is committed;
+  the call under a cancel scope with its deadline (every wait is bounded);
+  a ``ToolCall`` with its idempotency key; the result's JSON, and its
+  completion written in a batch after the call;
+- per row: its JSON, written in a batch to the sheet after the completions
+  of its calls.
+
+It writes the same tables as ``sqlite:///`` (the store's own schema), each
+batch as one multi-row statement, one writer task serving completions,
+rows and claims in that order, all that is queued in one transaction. What it cannot do without is a
+lower bound for trioplay on this machine: its ratio to the baseline is the
+best ratio a durable engine of this design can reach here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import os
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+import trioplay
+from trioplay._json import canonical_json, dumps
+from trioplay.stores.sqlite import _MIGRATIONS
+
+from .workload import COLUMNS, registry, source_rows
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+CHUNK = 256
+_TIMEOUT = 930.0  # Limits.tool_timeout's default
+_BATCH = 90  # rows per statement: 11 bound variables each, under SQLite's old limit of 999
+
+
+def _values(width: int, count: int) -> str:
+    row = "(" + ",".join("?" * width) + ")"
+    return ",".join([row] * count)
+
+
+class _Writer:
+    """Claims, completions and sheet rows, each kind written in multi-row batches."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.durable = path is not None
+        self.conn = sqlite3.connect(path or ":memory:", isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        for statement in _MIGRATIONS[0]:
+            self.conn.execute(statement)
+        self.claims: list[tuple[str, trio.lowlevel.Task]] = []
+        self.completions: list[tuple[str, str]] = []
+        self.rows: list[tuple[str, int, str]] = []
+        self.wakeup = trio.Event()
+        self.lease = os.urandom(8).hex()
+        self.stored_completions = 0  # without a database (floor-trio)
+        self.stored_rows = 0
+
+    async def claim(self, key: str) -> None:
+        """Park until the claim of ``key`` is committed."""
+        self.claims.append((key, trio.lowlevel.current_task()))
+        self.wakeup.set()
+        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+
+    async def run(self) -> None:
+        while True:
+            await self.wakeup.wait()
+            self.wakeup = trio.Event()
+            self.flush()
+
+    def flush(self) -> None:
+        now = trio.current_time()
+        completions, self.completions = self.completions, []
+        rows, self.rows = self.rows, []
+        claims, self.claims = self.claims, []
+        if not self.durable:
+            self.stored_completions += len(completions)
+            self.stored_rows += len(rows)
+            for _, task in claims:
+                trio.lowlevel.reschedule(task)
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        for start in range(0, len(completions), _BATCH):
+            batch = completions[start : start + _BATCH]
+            params: list[Any] = [now, now]
+            for key, result in batch:
+                params += (key, self.lease, result)
+            self.conn.execute(
+                "UPDATE receipts SET status = 'completed', lease_expires_at = NULL,"
+                " result_json = v.column3, updated_at = ?, completed_at = ?"
+                f" FROM (VALUES {_values(3, len(batch))}) AS v"
+                " WHERE receipts.key = v.column1 AND receipts.lease_id = v.column2",
+                params,
+            )
+        for start in range(0, len(rows), _BATCH):
+            batch_rows = rows[start : start + _BATCH]
+            params = []
+            for key, position, data in batch_rows:
+                params += ("floor", "leads", key, position, "completed", data, None, 1)
+            self.conn.execute(
+                "INSERT INTO sheet_rows (run_id, dataset, key, position, status, data_json,"
+                f" error, attempt) VALUES {_values(8, len(batch_rows))}",
+                params,
+            )
+        for start in range(0, len(claims), _BATCH):
+            batch_claims = claims[start : start + _BATCH]
+            params = []
+            for key, _ in batch_claims:
+                params += (key, "tool", "x", "running", "floor", self.lease, now + 60, "me", 1)
+                params += (now, now)
+            self.conn.execute(
+                "INSERT INTO receipts (key, operation, name, status, run_id, lease_id,"
+                " lease_expires_at, owner, attempts, created_at, updated_at)"
+                f" VALUES {_values(11, len(batch_claims))}",
+                params,
+            )
+        self.conn.execute("COMMIT")
+        for _, task in claims:
+            trio.lowlevel.reschedule(task)
+
+
+class _FloorTools:
+    """The resolvers' ``rc``: a tool call with just what every durable call needs."""
+
+    def __init__(self, writer: _Writer) -> None:
+        self._writer = writer
+        self._fns = {spec.tool_id: spec.fn for spec in registry()}
+        self.calls = 0
+
+    async def tool(self, tool_id: str, input: dict[str, Any]) -> Any:
+        text = canonical_json(input)
+        key = hashlib.sha256(f"{tool_id}\0{text}".encode()).hexdigest()
+        await self._writer.claim(key)
+        deadline = trio.current_time() + _TIMEOUT
+        call = trioplay.ToolCall(
+            tool_id, hashlib.sha256(key.encode()).hexdigest()[:32], 1, deadline
+        )
+        with trio.CancelScope(deadline=deadline):
+            result = await self._fns[tool_id](input, call)
+        self._writer.completions.append((key, dumps(result)))
+        self.calls += 1
+        return result
+
+
+async def _row(position: int, data: dict[str, Any], tools: _FloorTools, writer: _Writer) -> None:
+    row = dict(data)
+    for name, resolver in COLUMNS:
+        row[name] = await resolver(row, tools)
+    writer.rows.append((row["domain"], position, dumps(row)))
+
+
+async def floor_sqlite(n: int, path: Path | None) -> dict[str, Any]:
+    """Run ``n`` rows; returns the count of rows and calls, for the check.
+
+    With ``path=None`` nothing is written (``floor-trio``): the claims still
+    park their rows until the writer task has seen them, so what is left is
+    the floor's cost in Trio and Python alone.
+    """
+    writer = _Writer(path)
+    tools = _FloorTools(writer)
+    try:
+        async with trio.open_nursery() as outer:
+            outer.start_soon(writer.run)
+            rows = enumerate(source_rows(n))
+            while chunk := list(itertools.islice(rows, CHUNK)):
+                async with trio.open_nursery() as nursery:
+                    for position, data in chunk:
+                        nursery.start_soon(_row, position, data, tools, writer)
+            writer.flush()
+            outer.cancel_scope.cancel()
+        if writer.durable:
+            (completed,) = writer.conn.execute("SELECT count(*) FROM sheet_rows").fetchone()
+            (receipts,) = writer.conn.execute(
+                "SELECT count(*) FROM receipts WHERE status = 'completed'"
+            ).fetchone()
+        else:
+            completed, receipts = writer.stored_rows, writer.stored_completions
+    finally:
+        writer.conn.close()
+    if receipts != tools.calls:
+        raise AssertionError(f"floor-sqlite: {receipts} completed receipts for {tools.calls} calls")
+    return {"completed": completed, "calls": tools.calls, "deadline": math.inf}
