@@ -2,10 +2,12 @@
 
 Without names it runs the default set (``throughput`` and ``memory``), which
 is what ``make bench`` does; ``all`` runs every benchmark but ``compare``
-(``compare --against REV``: the throughput of an earlier commit against the
-working tree, see :mod:`benchmarks.compare`). ``--quick`` shrinks every benchmark to a few
-seconds (one round, a few thousand rows) and saves nothing: it checks that
-the harness and the engine still work, its numbers mean little.
+(the throughput of an earlier commit against the working tree, see
+:mod:`benchmarks.compare`) and ``instructions`` (machine instructions per
+row, counted under valgrind, see :mod:`benchmarks.instructions`).
+``--quick`` shrinks every benchmark to a few seconds (one round, a few
+thousand rows) and saves nothing: it checks that the harness and the engine
+still work, its numbers mean little.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import compare, fetch, memory, scaling, throughput
+from . import compare, fetch, instructions, memory, scaling, throughput
 
 QUICK_ROWS = 5_000
 QUICK_MEMORY_ROWS = 2_000
 QUICK_FETCH_REQUESTS = 1_000
 QUICK_SCALING_ROWS = 2_000
+QUICK_INSTRUCTION_ROWS = 500
 
 Benchmark = Callable[[argparse.Namespace], Any]
 
@@ -61,6 +64,12 @@ def _memory_large(args: argparse.Namespace) -> Any:
     return memory.run(["large"], rows=args.rows, quick=args.quick, save=args.save)
 
 
+def _instructions(args: argparse.Namespace) -> Any:
+    rows = args.rows or (QUICK_INSTRUCTION_ROWS if args.quick else instructions.DEFAULT_ROWS)
+    contenders = tuple(args.only.split(",")) if args.only else instructions.DEFAULT_CONTENDERS
+    return instructions.run(rows=rows, save=args.save, contenders=contenders)
+
+
 def _scaling(args: argparse.Namespace) -> Any:
     rows = args.rows or (QUICK_SCALING_ROWS if args.quick else scaling.DEFAULT_ROWS)
     return scaling.run(rows, save=args.save)
@@ -74,6 +83,7 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "fetch": (_fetch, "requests/s of durable ctx.fetch (sqlite) vs plain httpx, local server"),
     "scaling": (_scaling, "rows/s of one run shared by 1, 2 and 4 processes (sqlite, postgres)"),
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
+    "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
 }
 DEFAULT = ("throughput", "memory")
 
@@ -84,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         description="trioplay benchmarks; see docs/benchmarks.md",
         epilog="benchmarks: "
         + "; ".join(f"{name}: {doc}" for name, (_, doc) in BENCHMARKS.items())
-        + f". Default: {' '.join(DEFAULT)}; 'all' runs every one but compare.",
+        + f". Default: {' '.join(DEFAULT)}; 'all' runs every one but compare and instructions.",
     )
     parser.add_argument("names", nargs="*", help="benchmarks to run (default: %(default)s)")
     parser.add_argument("--rows", type=int, default=None, help="row count (base count for memory)")
@@ -109,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         args.save = False
     names = args.names or list(DEFAULT)
     if names == ["all"]:
-        names = [name for name in BENCHMARKS if name != "compare"]
+        names = [name for name in BENCHMARKS if name not in ("compare", "instructions")]
     unknown = [name for name in names if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
