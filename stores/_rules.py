@@ -36,8 +36,7 @@ def decide_claims(
     outcomes: list[ClaimOutcome] = []
     claimed: dict[str, Receipt] = {}
     lease_expires_at = now + lease_ttl
-    # Lease ids: one random prefix per batch, then a counter (one syscall, unique ids).
-    prefix = os.urandom(12).hex()
+    fresh_ids = lease_ids(len(requests))
     for index, request in enumerate(requests):
         key = request.key
         mine = claimed.get(key)
@@ -47,7 +46,7 @@ def decide_claims(
             continue
         receipt = stored.get(key)
         if _claim_allowed(request, receipt, now):
-            lease_id = f"{prefix}{index:08x}"
+            lease_id = fresh_ids[index]
             mine = _claimed_receipt(request, receipt, lease_id, owner, lease_expires_at, now)
             claimed[key] = mine
             outcomes.append(Claimed(key, lease_id, lease_expires_at, mine.attempts))
@@ -57,6 +56,16 @@ def decide_claims(
             assert receipt is not None
             outcomes.append(Settled(receipt))
     return outcomes, list(claimed.values())
+
+
+def lease_ids(count: int) -> list[str]:
+    """Fresh lease ids for a batch of ``count`` claims, the ``i``-th for request ``i``.
+
+    One random prefix per batch, then a counter: one syscall, and ids unique
+    across batches and stores.
+    """
+    prefix = os.urandom(12).hex()
+    return [f"{prefix}{index:08x}" for index in range(count)]
 
 
 def _claim_allowed(request: ClaimRequest, receipt: Receipt | None, now: float) -> bool:

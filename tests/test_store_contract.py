@@ -46,7 +46,7 @@ from trioplay.stores.sqlite import SCHEMA_VERSION, SqliteStore
 from .test_postgres import DSN, drop_schema, new_schema_name, require_postgres, scratch_store
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
     from pathlib import Path
 
     from trioplay._records import RowStatus
@@ -1096,6 +1096,204 @@ async def test_sqlite_lease_renewals_go_ahead_of_queued_work(tmp_path: Path) -> 
         assert isinstance(outcome, Held)
     finally:
         await store.aclose()
+
+
+# -- sqlite store: the batch fast paths ---------------------------------------
+# Per chunk of rows, one statement: a claim batch first tries to insert every
+# key as new, a sheet batch inserts its new rows and upserts them all only if some were not new.
+# Each must answer exactly as the general way does, which the memory store
+# (decide_claims, item by item) stands for.
+
+
+def _numbered(values: list[Any]) -> list[Any]:
+    """``values`` with each lease id replaced by the order it first appears in."""
+    numbers: dict[str, str] = {}
+
+    def normal(value: Any) -> Any:
+        if isinstance(value, Receipt | Claimed) and value.lease_id is not None:
+            return attrs.evolve(
+                value, lease_id=numbers.setdefault(value.lease_id, str(len(numbers)))
+            )
+        if isinstance(value, Held | Settled):
+            return type(value)(normal(value.receipt))
+        return value
+
+    return [normal(value) for value in values]
+
+
+async def _traced(store: SqliteStore) -> list[str]:
+    """The statements the store's connection runs from now on (private, like the tests above)."""
+    statements: list[str] = []
+    await store._call("trace", lambda conn: conn.set_trace_callback(statements.append))
+    return statements
+
+
+def _fresh_tries(statements: list[str]) -> list[str]:
+    """The inserts of claims as new keys, and the rollbacks where a batch fell back."""
+    return [
+        "insert" if "INSERT OR ROLLBACK INTO receipts" in s else "rollback"
+        for s in statements
+        if "INSERT OR ROLLBACK INTO receipts" in s or s == "ROLLBACK"
+    ]
+
+
+async def _agree_with_memory(
+    tmp_path: Path, scenario: Callable[[Store], Awaitable[list[Any]]]
+) -> tuple[SqliteStore, list[str]]:
+    """Run ``scenario`` on SQLite and on memory, which must answer alike; SQLite's statements."""
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    try:
+        statements = await _traced(store)
+        answers = await scenario(store)
+    finally:
+        await store.aclose()
+    assert _numbered(answers) == _numbered(await scenario(MemoryStore()))
+    return store, statements
+
+
+async def test_sqlite_claims_of_new_keys_mixed_with_stored_ones(tmp_path: Path) -> None:
+    stored_keys = ("completed", "failed", "live", "expired", "released")
+    keys = ["new-1", "completed", "live", "new-2", "expired", "failed", "released", "new-3"]
+
+    async def scenario(store: Store) -> list[Any]:
+        first = [
+            await claim_one(store, k, now=NOW - TTL if k == "expired" else NOW) for k in stored_keys
+        ]
+        by_key = {c.key: c for c in first}
+        await store.complete_many(
+            [Completion("completed", by_key["completed"].lease_id, "1")], now=NOW
+        )
+        await store.fail_many([Failure("failed", by_key["failed"].lease_id, "e")], now=NOW)
+        await store.release_many([Lease("released", by_key["released"].lease_id)], now=NOW)
+        outcomes = await claim(store, *[req(k) for k in keys], owner="w2", now=NOW + 1)
+        kinds = [type(o).__name__ for o in outcomes]
+        assert kinds == "Claimed Settled Held Claimed Claimed Settled Claimed Claimed".split()
+        return [*first, *outcomes, *await store.get_many(keys)]
+
+    store, statements = await _agree_with_memory(tmp_path, scenario)
+    # Each first claim inserted its new key at once; the mixed batch fell back.
+    assert _fresh_tries(statements) == ["insert"] * 6 + ["rollback"]
+    assert not store._fresh_claims
+
+
+async def test_sqlite_a_key_repeated_in_a_batch_of_new_keys(tmp_path: Path) -> None:
+    async def scenario(store: Store) -> list[Any]:
+        outcomes = await claim(store, req("a"), req("b"), req("a", force=True), req("c"))
+        assert [type(o) for o in outcomes] == [Claimed, Claimed, Held, Claimed]
+        return [*outcomes, *await store.get_many(["a", "b", "c"])]
+
+    store, statements = await _agree_with_memory(tmp_path, scenario)
+    assert _fresh_tries(statements) == ["insert", "rollback"]
+    # Nothing was stored before that batch, so the next one tries new keys first again.
+    assert store._fresh_claims
+
+
+async def test_sqlite_claim_batches_larger_than_one_statement(tmp_path: Path) -> None:
+    # 250 claims take three inserts (at most 111 rows each); a stored key in
+    # the last chunk undoes the first two.
+    async def scenario(store: Store) -> list[Any]:
+        old = await claim_one(store, "k249")
+        await store.complete_many([Completion("k249", old.lease_id, "1")], now=NOW)
+        keys = [f"k{i:03d}" for i in range(250)]
+        mixed = await claim(store, *[req(k) for k in keys], now=NOW + 1)
+        assert [type(o) for o in mixed] == [Claimed] * 249 + [Settled]
+        new = await claim(store, *[req(f"n{i:03d}") for i in range(250)], now=NOW + 2)
+        newer = await claim(store, *[req(f"m{i:03d}") for i in range(250)], now=NOW + 3)
+        assert [type(o) for o in new + newer] == [Claimed] * 500
+        assert len({o.lease_id for o in new + newer if isinstance(o, Claimed)}) == 500
+        assert await store.count_receipts("run-1") == {"running": 749, "completed": 1}
+        return [old, *mixed, *new, *newer, *await store.get_many(keys)]
+
+    _, statements = await _agree_with_memory(tmp_path, scenario)
+    # The first claim's insert, the mixed batch's three; the batch after that
+    # goes the general way, and the next tries new keys again.
+    assert _fresh_tries(statements) == ["insert"] * 4 + ["rollback"] + ["insert"] * 3
+
+
+async def test_sqlite_a_replay_skips_the_fresh_path_until_keys_are_new_again(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    try:
+        statements = await _traced(store)
+
+        async def batch(*keys: str) -> tuple[list[type], list[str]]:
+            start = len(statements)
+            outcomes = await claim(store, *[req(k) for k in keys])
+            done = [Completion(o.key, o.lease_id, "1") for o in outcomes if isinstance(o, Claimed)]
+            assert all(await store.complete_many(done, now=NOW))
+            return [type(o) for o in outcomes], _fresh_tries(statements[start:])
+
+        assert await batch("a", "b") == ([Claimed, Claimed], ["insert"])
+        # A replay: the insert fails once, then is not tried while keys are stored.
+        assert await batch("a", "b") == ([Settled, Settled], ["insert", "rollback"])
+        assert await batch("b", "a") == ([Settled, Settled], [])
+        assert await batch("a", "c") == ([Settled, Claimed], [])
+        # A batch of new keys, taken the general way, turns the fresh path back on.
+        assert await batch("d", "e") == ([Claimed, Claimed], [])
+        assert store._fresh_claims
+        assert await batch("f", "g") == ([Claimed, Claimed], ["insert"])
+        assert await store.count_receipts("run-1") == {"completed": 7}
+    finally:
+        await store.aclose()
+
+
+async def test_sqlite_completions_answer_per_item_when_a_lease_is_not_ours(
+    tmp_path: Path,
+) -> None:
+    async def scenario(store: Store) -> list[Any]:
+        keys = [f"k{i:03d}" for i in range(700)]
+        leases = await claim(store, *[req(k) for k in keys])
+        ours = [
+            Completion(o.key, o.lease_id, f'"{o.key}"') for o in leases if isinstance(o, Claimed)
+        ]
+        assert await store.complete_many(ours[:600], now=NOW + 1) == [True] * 600
+        items = [
+            ours[600],
+            Completion("k601", "not-ours", '"x"'),
+            ours[602],
+            Completion("unknown", "x", '"y"'),
+            Completion("k600", ours[600].lease_id, '"again"'),  # completed just before
+            *ours[603:],
+        ]
+        answers = await store.complete_many(items, now=NOW + 2)
+        assert answers == [True, False, True, False, False] + [True] * 97
+        assert await store.count_receipts("run-1") == {"completed": 699, "running": 1}
+        return [*leases, *await store.get_many([*keys, "unknown"])]
+
+    await _agree_with_memory(tmp_path, scenario)
+
+
+async def test_sqlite_sheet_batches_larger_than_one_statement(tmp_path: Path) -> None:
+    # 301 rows: three statements of at most 124 rows. A batch of new keys is
+    # inserted; one with stored or repeated keys is then upserted whole, in order.
+    new = [row(f"k{i:03d}", i) for i in range(301)]
+    again = [row(f"k{i:03d}", 1000 + i, "failed") for i in range(300)]
+    again[10] = row("n000", 2000)  # a new key
+    again[50] = row("k060", 3000)  # k060 again ten rows on, in the same statement: that wins
+    again.append(row("k005", 4000))  # k005 again, in the last statement: this wins
+
+    async def scenario(store: Store) -> list[Any]:
+        await store.write_terminal_rows("run-1", "leads", new)
+        first = await store.read_rows("run-1", "leads")
+        assert first == new
+        await store.write_terminal_rows("run-1", "leads", again)
+        second = await store.read_rows("run-1", "leads")
+        assert second[:3] == [new[10], new[50], new[300]]
+        assert second[-3:] == [again[299], again[10], again[300]]
+        assert row("k060", 1060, "failed") in second
+        assert await store.count_rows("run-1", "leads") == {"completed": 5, "failed": 297}
+        return [*first, *second]
+
+    _, statements = await _agree_with_memory(tmp_path, scenario)
+    writes = [s.split("(")[0].split() for s in statements if "INTO sheet_rows" in s]
+    assert (
+        writes
+        == [["INSERT", "OR", "ROLLBACK", "INTO", "sheet_rows"]] * 6
+        + [["INSERT", "INTO", "sheet_rows"]] * 3
+    )
 
 
 # == postgres store ==========================================================
