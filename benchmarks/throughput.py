@@ -80,6 +80,7 @@ CONTENDERS = (
     "memory",
     "sqlite",
 )
+ENGINE = ("memory", "sqlite")  # the contenders that run trioplay itself
 STEP_ROWS = 2_000
 TARGET_ROWS_PER_S = 10_000
 TARGET_RATIO = 0.25
@@ -232,7 +233,7 @@ async def timed_floor(n: int, path: Path | None) -> dict[str, Any]:
 
 
 def _check(name: str, n: int, out: dict[str, Any]) -> None:
-    if not name.startswith(("memory", "sqlite")):
+    if name not in ENGINE:
         if out["completed"] != n or out["calls"] != 2 * n:
             raise AssertionError(f"{name}: expected {n} rows and {2 * n} calls, got {out}")
         return
@@ -293,7 +294,7 @@ def run(
                 samples[name].append(elapsed)
                 gc_seconds[name].append(out["gc_seconds"])
                 cpu_seconds[name].append(out["cpu"])
-                if name in ("memory", "sqlite"):
+                if name in ENGINE:
                     stats[name] = {
                         "provider_calls": out["provider_calls"],
                         "replayed": out["replayed"],
