@@ -1100,9 +1100,9 @@ async def test_sqlite_lease_renewals_go_ahead_of_queued_work(tmp_path: Path) -> 
 
 # -- sqlite store: the batch fast paths ---------------------------------------
 # Per chunk of rows, one statement: a claim batch first tries to insert every
-# key as new, a sheet batch inserts its new rows and upserts them all only if some were not new.
-# Each must answer exactly as the general way does, which the memory store
-# (decide_claims, item by item) stands for.
+# key as new, and a sheet batch inserts its new rows, upserting them all only
+# if some were not new. Each must answer exactly as the general way does,
+# which the memory store (decide_claims, item by item) stands for.
 
 
 def _numbered(values: list[Any]) -> list[Any]:
