@@ -59,18 +59,19 @@ class _Writer:
     """Claims, completions and sheet rows, each kind written in multi-row batches."""
 
     def __init__(self, path: Path | None) -> None:
-        self.durable = path is not None
-        self.conn = sqlite3.connect(path or ":memory:", isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA synchronous = NORMAL")
-        for statement in _MIGRATIONS[0]:
-            self.conn.execute(statement)
+        self.conn: sqlite3.Connection | None = None  # None: nothing is written (floor-trio)
+        if path is not None:
+            self.conn = sqlite3.connect(path, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            for statement in _MIGRATIONS[0]:
+                self.conn.execute(statement)
         self.claims: list[tuple[str, trio.lowlevel.Task]] = []
         self.completions: list[tuple[str, str]] = []
         self.rows: list[tuple[str, int, str]] = []
         self.wakeup = trio.Event()
         self.lease = os.urandom(8).hex()
-        self.stored_completions = 0  # without a database (floor-trio)
+        self.stored_completions = 0  # counted instead, without a database
         self.stored_rows = 0
 
     async def claim(self, key: str) -> None:
@@ -90,19 +91,20 @@ class _Writer:
         completions, self.completions = self.completions, []
         rows, self.rows = self.rows, []
         claims, self.claims = self.claims, []
-        if not self.durable:
+        conn = self.conn
+        if conn is None:
             self.stored_completions += len(completions)
             self.stored_rows += len(rows)
             for _, task in claims:
                 trio.lowlevel.reschedule(task)
             return
-        self.conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN IMMEDIATE")
         for start in range(0, len(completions), _BATCH):
             batch = completions[start : start + _BATCH]
             params: list[Any] = [now, now]
             for key, result in batch:
                 params += (key, self.lease, result)
-            self.conn.execute(
+            conn.execute(
                 "UPDATE receipts SET status = 'completed', lease_expires_at = NULL,"
                 " result_json = v.column3, updated_at = ?, completed_at = ?"
                 f" FROM (VALUES {_values(3, len(batch))}) AS v"
@@ -114,7 +116,7 @@ class _Writer:
             params = []
             for key, position, data in batch_rows:
                 params += ("floor", "leads", key, position, "completed", data, None, 1)
-            self.conn.execute(
+            conn.execute(
                 "INSERT OR ROLLBACK INTO sheet_rows (run_id, dataset, key, position, status,"
                 f" data_json, error, attempt) VALUES {_values(8, len(batch_rows))}",
                 params,
@@ -125,13 +127,13 @@ class _Writer:
             for key, _ in batch_claims:
                 params += (key, "tool", "x", "running", "floor", self.lease, now + 60, "me", 1)
                 params += (now, now)
-            self.conn.execute(
+            conn.execute(
                 "INSERT OR ROLLBACK INTO receipts (key, operation, name, status, run_id,"
                 " lease_id, lease_expires_at, owner, attempts, created_at, updated_at)"
                 f" VALUES {_values(11, len(batch_claims))}",
                 params,
             )
-        self.conn.execute("COMMIT")
+        conn.execute("COMMIT")
         for _, task in claims:
             trio.lowlevel.reschedule(task)
 
@@ -185,15 +187,16 @@ async def floor_sqlite(n: int, path: Path | None) -> dict[str, Any]:
                         nursery.start_soon(_row, position, data, tools, writer)
             writer.flush()
             outer.cancel_scope.cancel()
-        if writer.durable:
+        if writer.conn is None:
+            completed, receipts = writer.stored_rows, writer.stored_completions
+        else:
             (completed,) = writer.conn.execute("SELECT count(*) FROM sheet_rows").fetchone()
             (receipts,) = writer.conn.execute(
                 "SELECT count(*) FROM receipts WHERE status = 'completed'"
             ).fetchone()
-        else:
-            completed, receipts = writer.stored_rows, writer.stored_completions
     finally:
-        writer.conn.close()
+        if writer.conn is not None:
+            writer.conn.close()
     if receipts != tools.calls:
         raise AssertionError(f"floor-sqlite: {receipts} completed receipts for {tools.calls} calls")
     return {"completed": completed, "calls": tools.calls}

@@ -31,8 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import trio
-
 from . import throughput
 from .workload import machine, save_results, stamp
 
@@ -44,8 +42,7 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 def child(name: str, rows: int) -> None:
     """Run one contender once, in this process (under callgrind), and check its work."""
     with tempfile.TemporaryDirectory(prefix="trioplay-ir-") as tmp:
-        out = trio.run(throughput._contender(name, rows, Path(tmp), "ir"))
-        throughput._check(name, rows, out)
+        throughput.measure(name, rows, Path(tmp), "ir")
 
 
 def count(name: str, rows: int) -> int:

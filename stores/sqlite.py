@@ -49,11 +49,12 @@ T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 
-# Keys per "IN (...)" list: below even old SQLite's limit of 999 bound variables.
-_CHUNK = 500
-# Bound variables per multi-row statement (see _ManyRows): SQLite's limit before
-# 3.32 (32766 since). A chunk of a hundred rows already spreads the per-statement cost thin.
+# Bound variables per statement: SQLite's limit before 3.32 (32766 since). A
+# multi-row statement (see _ManyRows) of a hundred rows already spreads the
+# per-statement cost thin.
 _MAX_VARIABLES = 999
+# Keys per "IN (...)" list, leaving room for the statement's other parameters.
+_CHUNK = 500
 _BUSY_TIMEOUT = 5.0
 # Jobs at most this large run inline, on the Trio thread (a few ms at most);
 # larger payloads (sheet rows, results) are written on the worker thread.
