@@ -19,6 +19,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import psycopg
 import pytest
 import trio
@@ -627,8 +628,10 @@ async def test_a_cut_connection_fails_the_run_and_a_rerun_completes_it(schema: s
         rows = [{"domain": f"d{i}.example"} for i in range(ROWS)]
         return await ctx.dataset("s", rows).with_column("email", find_email).run(key="domain")
 
-    # Short leases: the cut attempt cannot release its own, so the rerun
-    # waits for them to expire.
+    # Short leases for the cut attempt: it cannot release its own, so the
+    # rerun waits for them to expire. The rerun's own leases are the default:
+    # a 1 s lease can lapse on a loaded machine before its first heartbeat,
+    # and a lapsed lease fails its row with LeaseLost.
     limits = trioplay.Limits(
         writer_max_flush=0.02,
         progress_flush_interval=0.01,
@@ -636,6 +639,7 @@ async def test_a_cut_connection_fails_the_run_and_a_rerun_completes_it(schema: s
         receipt_wait_delay=0.05,
         cleanup_timeout=0.5,
     )
+    rerun_limits = attrs.evolve(limits, lease_ttl=trioplay.Limits().lease_ttl)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(proxy.serve)
@@ -668,7 +672,7 @@ async def test_a_cut_connection_fails_the_run_and_a_rerun_completes_it(schema: s
         async with trioplay.open_runtime(
             store=PostgresStore(through_proxy, schema=schema),
             tools=registry(finder=tool),
-            limits=limits,
+            limits=rerun_limits,
         ) as rt:
             with trio.fail_after(30):
                 result = await rt.run(play, {}, run_id="r")
