@@ -24,6 +24,11 @@ one writer task serving completions, rows and claims in that order, all
 that is queued in one transaction. What it cannot do without is a
 lower bound for trioplay on this machine: its ratio to the baseline is the
 best ratio a durable engine of this design can reach here.
+
+``floor-store`` (:func:`floor_store`) asks a different question: what the
+SQLite store's own statements cost, with no engine and no event loop
+around them. It bounds every design that keeps trioplay's receipts in this
+store, not only this one.
 """
 
 from __future__ import annotations
@@ -32,15 +37,19 @@ import hashlib
 import itertools
 import os
 import sqlite3
+import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 import trioplay
+from trioplay._dispatch import tool_receipt_key
 from trioplay._json import canonical_json, dumps
+from trioplay._runtime import play_name
+from trioplay.stores import sqlite as store
 from trioplay.stores.sqlite import _MIGRATIONS
 
-from .workload import COLUMNS, registry, source_rows
+from .workload import COLUMNS, enrich_play, expected_row, registry, source_rows
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -200,3 +209,99 @@ async def floor_sqlite(n: int, path: Path | None) -> dict[str, Any]:
     if receipts != tools.calls:
         raise AssertionError(f"floor-sqlite: {receipts} completed receipts for {tools.calls} calls")
     return {"completed": completed, "calls": tools.calls}
+
+
+# What the workload's resolvers do (benchmarks/workload.py), spelt out for a
+# loop without a resolver: the column, its tool, the input fields, the result
+# field it keeps. Every run checks its rows against expected_row.
+_TOOL_COLUMNS = (
+    ("industry", "company", ("domain",), "industry"),
+    ("email", "email", ("domain", "name"), "email"),
+)
+
+
+def _run_tool(fn: Any, input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+    """The result of a tool coroutine that never yields, without an event loop."""
+    coro = fn(input, call)
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise AssertionError("floor-store: the workload's tools must not yield")
+
+
+async def floor_store(n: int, path: Path) -> dict[str, Any]:
+    """``floor-store``: the SQLite store's own statements for ``n`` rows, and nothing else.
+
+    No Trio task, no park, no governor, no engine: the store's claim,
+    completion and sheet functions (``stores/sqlite.py``) called in a plain
+    loop on one connection, in the engine's batch shape: rows 256 at a time;
+    per tool column, claims of at most ``tool_batch_max`` keys per
+    transaction, then their completions; the sheet rows once per chunk. The
+    keys and results are the real ones (``tool_receipt_key``, the
+    workload's tools). Whatever an engine does around the store, its SQLite
+    run costs at least this much per row: its ratio to the baseline bounds
+    the ratio any engine writing these receipts to this store can reach.
+    """
+    batch_max = trioplay.Limits().tool_batch_max
+    fns = {spec.tool_id: spec.fn for spec in registry()}
+    call = trioplay.ToolCall("floor", "", 1, _TIMEOUT)
+    scope = play_name(enrich_play)
+    conn = store._connect(str(path))
+    calls = 0
+    try:
+        store._migrate(conn, url=f"sqlite:///{path}")
+        rows = enumerate(source_rows(n))
+        while chunk := list(itertools.islice(rows, CHUNK)):
+            enriched = [(position, dict(data)) for position, data in chunk]
+            for column, tool_id, fields, kept in _TOOL_COLUMNS:
+                for start in range(0, len(enriched), batch_max):
+                    part = enriched[start : start + batch_max]
+                    inputs = [{f: row[f] for f in fields} for _, row in part]
+                    requests = [
+                        trioplay.ClaimRequest(
+                            key=tool_receipt_key(tool_id, canonical_json(i), scope),
+                            operation="tool",
+                            name=tool_id,
+                            run_id="floor",
+                        )
+                        for i in inputs
+                    ]
+                    now = time.time()
+                    outcomes, _ = store._claim_many(requests, "floor", 60.0, now, True, conn)
+                    claimed = [c for c in outcomes if isinstance(c, trioplay.Claimed)]
+                    if len(claimed) != len(requests):
+                        raise AssertionError(f"floor-store: a fresh key not claimed: {outcomes}")
+                    results = [_run_tool(fns[tool_id], i, call) for i in inputs]
+                    now = time.time()
+                    done = store._fenced(
+                        store._COMPLETE,
+                        [
+                            (dumps(result), now, now, c.key, c.lease_id)
+                            for result, c in zip(results, claimed, strict=True)
+                        ],
+                        conn,
+                    )
+                    if not all(done):
+                        raise AssertionError("floor-store: a completion lost its lease")
+                    for (_, row), result in zip(part, results, strict=True):
+                        row[column] = result[kept]
+                    calls += len(part)
+            sheet = [
+                trioplay.SheetRow(row["domain"], position, "completed", dumps(row), None, 1)
+                for position, row in enriched
+            ]
+            store._write_rows("floor", "leads", sheet, conn)
+            for position, row in enriched[:1]:
+                if row != expected_row(position):
+                    raise AssertionError(f"floor-store: row {position} is {row}")
+        (completed,) = conn.execute("SELECT count(*) FROM sheet_rows").fetchone()
+        (receipts,) = conn.execute(
+            "SELECT count(*) FROM receipts WHERE status = 'completed'"
+        ).fetchone()
+    finally:
+        conn.close()
+    if receipts != calls:
+        raise AssertionError(f"floor-store: {receipts} completed receipts for {calls} calls")
+    return {"completed": completed, "calls": calls}
