@@ -213,7 +213,8 @@ async def floor_sqlite(n: int, path: Path | None) -> dict[str, Any]:
 
 # What the workload's resolvers do (benchmarks/workload.py), spelt out for a
 # loop without a resolver: the column, its tool, the input fields, the result
-# field it keeps. Every run checks its rows against expected_row.
+# field it keeps. Every run checks the first row of each chunk against
+# expected_row, and counts the sheet rows and completed receipts.
 _TOOL_COLUMNS = (
     ("industry", "company", ("domain",), "industry"),
     ("email", "email", ("domain", "name"), "email"),
