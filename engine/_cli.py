@@ -336,7 +336,14 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
     if must_exist and url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")
         if path != ":memory:" and not Path(path).exists():
-            raise UsageError(f"no store at {url} (the file {path} does not exist)")
+            hint = ""
+            demo_path = DEMO_STORE_URL.removeprefix("sqlite:///")
+            if url == DEFAULT_STORE_URL and Path(demo_path).exists():
+                hint = (
+                    f"; `trioplay demo` keeps its runs in {DEMO_STORE_URL}:"
+                    f" add --store {DEMO_STORE_URL}"
+                )
+            raise UsageError(f"no store at {url} (the file {path} does not exist){hint}")
     return store
 
 

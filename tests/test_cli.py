@@ -24,6 +24,7 @@ import trioplay
 from trioplay import _demo
 from trioplay._cli import main, split_play_ref
 from trioplay._progress import MapProgress, RunOutcome, RunReporter, format_summary
+from trioplay._runtime import DEFAULT_STORE_URL
 
 REPO = Path(__file__).resolve().parent.parent
 SUBPROCESS_TIMEOUT = 120
@@ -431,6 +432,27 @@ def test_runs_commands_on_a_store_that_does_not_exist(
     assert code == 2
     assert err.startswith(f"error: no store at {store}")
     assert not (tmp_path / "store.db").exists()
+
+
+def test_runs_on_the_default_store_points_to_the_demo_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "runs", "list")
+    assert code == 2
+    missing = "(the file .trioplay/trioplay.db does not exist)"
+    assert err == f"error: no store at {DEFAULT_STORE_URL} {missing}\n"
+
+    assert run_cli(capsys, "demo", "--rows", "20")[0] == 0
+    code, _, err = run_cli(capsys, "runs", "list")
+    assert code == 2
+    assert err.endswith(
+        "; `trioplay demo` keeps its runs in sqlite:///.trioplay/demo.db:"
+        " add --store sqlite:///.trioplay/demo.db\n"
+    )
+    code, out, _ = run_cli(capsys, "runs", "list", "--store", "sqlite:///.trioplay/demo.db")
+    assert code == 0
+    assert "demo-20" in out
 
 
 def test_runs_show_and_export_unknown_names(
