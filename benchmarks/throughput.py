@@ -221,26 +221,21 @@ def _contender(name: str, n: int, tmp: Path, tag: str) -> Callable[[], Awaitable
     if name == "baseline-limiter":
         return lambda: baseline_limiter(n)
     if name == "floor-trio":
-        return lambda: timed_floor(n, None)
+        return lambda: timed_floor(floor_sqlite, n, None)
     if name == "floor-sqlite":
-        return lambda: timed_floor(n, tmp / f"{tag}-floor.db")
+        return lambda: timed_floor(floor_sqlite, n, tmp / f"{tag}-floor.db")
     if name == "floor-store":
-        return lambda: timed_store_floor(n, tmp / f"{tag}-floor-store.db")
+        return lambda: timed_floor(floor_store, n, tmp / f"{tag}-floor-store.db")
     url = "memory://" if name == "memory" else f"sqlite:///{tmp / f'{tag}.db'}"
     return lambda: run_trioplay(n, url)
 
 
-async def timed_floor(n: int, path: Path | None) -> dict[str, Any]:
-    """The floor contender (see :mod:`benchmarks.floor`), timed like the others."""
+async def timed_floor(
+    floor: Callable[[int, Any], Awaitable[dict[str, Any]]], n: int, path: Path | None
+) -> dict[str, Any]:
+    """A floor contender (see :mod:`benchmarks.floor`), timed like the others."""
     clock = _Stopwatch()
-    out = await floor_sqlite(n, path)
-    return clock.read() | out
-
-
-async def timed_store_floor(n: int, path: Path) -> dict[str, Any]:
-    """The store's statements alone (see :func:`benchmarks.floor.floor_store`), timed."""
-    clock = _Stopwatch()
-    out = await floor_store(n, path)
+    out = await floor(n, path)
     return clock.read() | out
 
 
