@@ -7,7 +7,6 @@ checks that each one is importable from here.
 from __future__ import annotations
 
 from ._context import PlayContext as PlayContext
-from ._context import RowContext as RowContext
 from ._errors import FetchError as FetchError
 from ._errors import FetchTimeout as FetchTimeout
 from ._errors import LeaseLost as LeaseLost
@@ -32,6 +31,8 @@ from ._limits import Limits as Limits
 from ._map import Dataset as Dataset
 from ._map import MapResult as MapResult
 from ._map import Row as Row
+from ._map._stall import MapStallObserver as MapStallObserver
+from ._map._writer import WriterDiagnostics as WriterDiagnostics
 from ._records import Claimed as Claimed
 from ._records import ClaimOutcome as ClaimOutcome
 from ._records import ClaimRequest as ClaimRequest
@@ -46,15 +47,14 @@ from ._records import RunRecord as RunRecord
 from ._records import Settled as Settled
 from ._records import SheetEntry as SheetEntry
 from ._records import SheetRow as SheetRow
+from ._row_context import RowContext as RowContext
 from ._runtime import DEFAULT_STORE_URL as DEFAULT_STORE_URL
 from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 from ._runtime import play as play
 from ._runtime import run as run
-from ._stall import MapStallObserver as MapStallObserver
 from ._store import Store as Store
 from ._tools import Rate as Rate
 from ._tools import ToolCall as ToolCall
 from ._tools import ToolRegistry as ToolRegistry
 from ._tools import ToolSpec as ToolSpec
-from ._writer import WriterDiagnostics as WriterDiagnostics

@@ -24,6 +24,7 @@ from ._groups import open_nursery
 from ._json import canonical_json, digest, dumps, dumps_output
 from ._limits import FetchTimeouts, Limits
 from ._owner import current_owner
+from ._run import RunServices
 from ._store import Store
 from ._tools import ToolRegistry
 
@@ -167,8 +168,21 @@ class Runtime:
                     fetch=self.raw_fetch,
                 )
                 stats = dispatcher.stats
-                ctx = PlayContext(self, dispatcher, run_id, record.attempt, name)
-                output = await play(ctx, input)
+                services = RunServices(
+                    run_id=run_id,
+                    attempt=record.attempt,
+                    play=name,
+                    store=self.store,
+                    limits=self.limits,
+                    owner=self.owner,
+                    wall_clock=self.wall_clock,
+                    row_limiter=self.row_limiter,
+                    row_budget=self.row_budget,
+                    receipts=dispatcher,
+                    fetcher=self.fetcher,
+                    on_event=self.on_event,
+                )
+                output = await play(PlayContext(services), input)
                 await dispatcher.drain()
                 if dispatcher.latch is not None:
                     raise PersistenceLatchTripped(

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from trioplay._dispatch import tool_receipt_key
 from trioplay._json import canonical_json, dumps, loads
+from trioplay._map._writer import TerminalRow, TerminalRowWriter
 from trioplay._records import SheetRow
-from trioplay._writer import TerminalRow, TerminalRowWriter
 from trioplay.stores.memory import MemoryStore
 
 from .strategies import json_objects, json_values, reorder

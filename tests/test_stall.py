@@ -117,7 +117,7 @@ async def test_fetch_phase_is_reported(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The observer attributes a resolver waiting in ``fetch`` to phase "fetch"."""
-    from trioplay._stall import MapStallObserver
+    from trioplay._map._stall import MapStallObserver
 
     reports: list[dict[str, Any]] = []
     observer = MapStallObserver(

@@ -10,8 +10,8 @@ import trio.testing
 
 import trioplay
 from trioplay._groups import open_nursery
+from trioplay._map._writer import TerminalRow, TerminalRowWriter
 from trioplay._records import SheetRow
-from trioplay._writer import TerminalRow, TerminalRowWriter
 from trioplay.stores.memory import MemoryStore
 
 
@@ -139,3 +139,40 @@ async def test_admit_after_a_failed_write_raises_the_same_error(
     with pytest.raises(trioplay.StoreError):
         await h.writer.admit(item("2"))
     assert info.value is error
+
+
+async def test_page_senders_block_on_a_full_buffer_and_their_end_ends_the_writer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = MemoryStore(write_delay=2.0)
+    h = Harness(store, buffer_bytes=100, max_flush=0.5)
+    finished_at: list[float] = []
+    async with trio.open_nursery() as nursery:
+
+        async def run_writer() -> None:
+            await h.writer.run()
+            finished_at.append(trio.current_time())
+
+        nursery.start_soon(run_writer)
+        first, second = h.writer.sender(), h.writer.sender()
+        # The writer's own send side closes first: the clones keep it alive.
+        h.writer.close_input()
+        start = trio.current_time()
+        for i in range(10):  # 100 bytes: the buffer is full, the first batch is written
+            await first.send(item(str(i)))
+        for i in range(10, 20):  # the next batch fills while the first is written
+            await second.send(item(str(i)))
+        assert trio.current_time() == start
+        await second.send(item("20"))  # full: waits for the first write (2 s)
+        assert trio.current_time() - start == pytest.approx(2.0)
+        first.close()
+        await trio.sleep(1)
+        assert not finished_at, "a clone is still open: the writer must keep waiting"
+        second.close()  # while the second batch is still being written
+    # End of channel: the rows sent so far are committed, then the writer ends
+    # (with no flush delay for the last batch: the input has ended).
+    assert len(h.committed) == 21
+    assert h.committed["20"] - start == pytest.approx(6.0)
+    assert finished_at == [h.committed["20"]]
+    with pytest.raises(RuntimeError, match="stopped"):
+        await first.send(item("21"))

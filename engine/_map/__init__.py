@@ -1,0 +1,15 @@
+"""The map: a dataset's rows through their resolvers into the durable sheet.
+
+``_dataset`` (the builder) -> ``_runner`` (pages, admission, resolvers,
+commits) -> ``_pages`` (page leases), ``_plan`` (which rows run), ``_writer``
+(the terminal-row writer behind a memory channel), ``_stall`` (the stall
+observer) and ``_result`` (what the map produced).
+"""
+
+from __future__ import annotations
+
+from ._dataset import Dataset as Dataset
+from ._result import MapResult as MapResult
+from ._types import OnRowError as OnRowError
+from ._types import Resolver as Resolver
+from ._types import Row as Row

@@ -1,0 +1,86 @@
+"""The dataset builder: ``ctx.dataset(name, rows).with_column(...).run(...)``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._errors import PlayDefinitionError
+from ._runner import run_map
+
+if TYPE_CHECKING:
+    from .._run import RunServices
+    from ._result import MapResult
+    from ._types import Columns, OnRowError, Resolver
+
+
+class Dataset:
+    """A durable sheet being defined: source rows plus resolver columns.
+
+    Built by ``ctx.dataset(name, rows)``; each :meth:`with_column` returns a
+    new ``Dataset`` (the builder is immutable), :meth:`run` executes it.
+    """
+
+    __slots__ = ("_columns", "_services", "_source", "name")
+
+    def __init__(
+        self, services: RunServices, name: str, source: Any, columns: Columns = ()
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise PlayDefinitionError(f"dataset name must be a non-empty string, got {name!r}")
+        self._services = services
+        self.name = name
+        self._source = source
+        self._columns = columns
+
+    def with_column(self, name: str, resolver: Resolver) -> Dataset:
+        """Add a column computed by ``resolver(row, rc)`` (sync or async).
+
+        Resolvers run in the order they were added; each sees the input fields
+        and the columns before it.
+        """
+        if not isinstance(name, str) or not name:
+            raise PlayDefinitionError(f"column name must be a non-empty string, got {name!r}")
+        if any(existing == name for existing, _ in self._columns):
+            raise PlayDefinitionError(f"dataset {self.name!r} already has a column {name!r}")
+        if not callable(resolver):
+            raise PlayDefinitionError(f"column {name!r}: resolver must be callable")
+        return Dataset(self._services, self.name, self._source, (*self._columns, (name, resolver)))
+
+    async def run(
+        self,
+        key: str | None = None,
+        on_row_error: OnRowError = "isolate",
+        page_size: int | None = None,
+    ) -> MapResult:
+        """Run every row not yet completed, and return a :class:`MapResult`.
+
+        ``key`` names the field that identifies a row (default: its input
+        position). ``on_row_error="isolate"`` records a failing row and goes
+        on; ``"fail"`` records it, then raises its error. Errors that would
+        fail every row (unknown tool, store failure, persistence latch) are
+        raised either way.
+        """
+        if on_row_error not in ("isolate", "fail"):
+            raise PlayDefinitionError(
+                f"on_row_error must be 'isolate' or 'fail', got {on_row_error!r}"
+            )
+        size = page_size if page_size is not None else self._services.limits.page_size
+        if size < 1:
+            raise PlayDefinitionError(f"page_size must be at least 1, got {size}")
+        return await run_map(
+            self._services,
+            self.name,
+            self._source,
+            self._columns,
+            key=key,
+            on_row_error=on_row_error,
+            page_size=size,
+        )
+
+    @property
+    def columns(self) -> Columns:
+        return self._columns
+
+    @property
+    def source(self) -> Any:
+        return self._source

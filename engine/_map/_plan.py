@@ -1,0 +1,98 @@
+"""Which rows of a page run: keys, duplicates, and rows an earlier attempt finished."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .._errors import PlayInputError
+from .._json import dumps
+
+if TYPE_CHECKING:
+    from .._records import SheetEntry
+    from .._store import Store as SheetStore
+
+
+@attrs.define(eq=False)
+class Plan:
+    """The rows of a page to run, as ``(position, key, data)``, and what was skipped."""
+
+    rows: list[tuple[int, str, dict[str, Any]]]
+    skipped: int = 0
+    duplicates: int = 0
+    # The sheet holds completed rows this attempt never saw (an earlier attempt's).
+    foreign: bool = False
+
+
+@attrs.define(eq=False)
+class RowPlanner:
+    """Keys rows and drops those that need not run.
+
+    A key already completed in the sheet (an earlier attempt) is skipped; a
+    key seen twice is skipped as a duplicate. Rows that failed in an earlier
+    attempt run again. Keys stay *in flight* from planning until their row
+    commits (:meth:`done`) or the page gives them back (:meth:`give_back`).
+    """
+
+    sheet: SheetStore
+    run_id: str
+    dataset: str
+    key_field: str | None
+    attempt: int
+    in_flight: set[str] = attrs.field(factory=set)
+
+    async def plan(self, chunk: list[Any], offset: int) -> Plan:
+        keyed: list[tuple[int, str, dict[str, Any]]] = []
+        for index, raw in enumerate(chunk):
+            position = offset + index
+            if not isinstance(raw, dict | Mapping):  # dict first: no ABC check
+                raise PlayInputError(
+                    f"dataset {self.dataset!r} row {position}: expected a mapping of fields, "
+                    f"got {type(raw).__name__}"
+                )
+            keyed.append((position, self.key_of(raw, position), dict(raw)))
+        # Keys in flight before the sheet read are duplicates; a key that
+        # commits during the read is in the sheet by then.
+        in_flight = self.in_flight
+        busy = {key for _, key, _ in keyed if key in in_flight}
+        entries: dict[str, SheetEntry] = await self.sheet.sheet_status(
+            self.run_id, self.dataset, list({key for _, key, _ in keyed})
+        )
+        attempt = self.attempt
+        plan = Plan([])
+        for position, key, data in keyed:
+            entry = entries.get(key)
+            if key in busy or key in in_flight:
+                plan.duplicates += 1
+                plan.skipped += 1
+            elif entry is not None and (entry.status == "completed" or entry.attempt == attempt):
+                if entry.attempt == attempt:
+                    plan.duplicates += 1
+                else:
+                    plan.foreign = True
+                plan.skipped += 1
+            else:
+                in_flight.add(key)
+                plan.rows.append((position, key, data))
+        return plan
+
+    def key_of(self, raw: Mapping[str, Any], position: int) -> str:
+        if self.key_field is None:
+            return str(position)
+        value = raw.get(self.key_field)
+        if value is None or value == "":
+            raise PlayInputError(
+                f"dataset {self.dataset!r} row {position}: the key field "
+                f"{self.key_field!r} is missing or empty",
+                column=self.key_field,
+            )
+        return value if isinstance(value, str) else dumps(value)
+
+    def give_back(self, plan: Plan) -> None:
+        for _, key, _ in plan.rows:
+            self.in_flight.discard(key)
+
+    def done(self, key: str) -> None:
+        self.in_flight.discard(key)

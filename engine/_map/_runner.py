@@ -1,0 +1,444 @@
+"""Running a map: pages, row admission, the resolver chain, commits, progress.
+
+``run_map`` reads source rows lazily in pages of ``page_size``. Each page
+runs in its own nursery with its stall observer and its clone of the
+terminal-row writer's send channel; two pages may overlap so one page's last
+commits do not stall the next page's rows. Rows are admitted by the
+runtime's row limiter (``max_concurrent_rows``, shared by every map of the
+runtime) and byte budget; a row's slot is freed when the terminal-row writer
+admits it. Rows are counted as completed or failed only when their batch has
+committed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from typing import TYPE_CHECKING, Any, Literal
+
+import trio
+
+from .._errors import (
+    MapMemoryLimitError,
+    PersistenceLatchTripped,
+    PlayDefinitionError,
+    PlayInputError,
+    RowOutputNotJsonSerializable,
+    StoreError,
+    format_error,
+)
+from .._groups import open_nursery
+from .._json import dumps
+from .._records import PageLease, SheetRow
+from .._row_context import RowContext
+from .._sources import open_source
+from ._pages import Page, PageLeases
+from ._plan import Plan, RowPlanner
+from ._result import MapResult
+from ._stall import MapStallObserver
+from ._writer import TerminalRow, TerminalRowWriter
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from .._run import RunServices
+    from ._types import Columns, OnRowError
+
+# Errors that no row can isolate: every other row would hit them too.
+_FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputError)
+_PAGES_IN_FLIGHT = 2
+_DONE = object()  # a page with nothing left to run
+
+
+async def run_map(
+    services: RunServices,
+    name: str,
+    source: Any,
+    columns: Columns,
+    *,
+    key: str | None,
+    on_row_error: OnRowError,
+    page_size: int,
+) -> MapResult:
+    """Run the rows of ``source`` not yet completed through ``columns``."""
+    return await _MapRun(services, name, source, columns, key, on_row_error, page_size).run()
+
+
+class _RowSizes:
+    """Estimates what a row will cost in memory, from the rows finished so far.
+
+    A row's reservation is ``_OVERHEAD`` times the running mean size of the
+    last rows as JSON (the JSON text, the parsed values and the receipt
+    payload live at once); before any row finished it is ``_INITIAL``.
+    """
+
+    _OVERHEAD = 3
+    _WINDOW = 64
+    _INITIAL = 64 * 1024
+
+    def __init__(self) -> None:
+        self._mean = 0.0
+        self._count = 0
+
+    def observe(self, size: int) -> None:
+        self._count += 1
+        weight = 1 / min(self._count, self._WINDOW)
+        self._mean += (size - self._mean) * weight
+
+    def estimate(self) -> int:
+        if self._count == 0:
+            return self._INITIAL
+        return max(1024, int(self._mean * self._OVERHEAD))
+
+
+class _MapRun:
+    def __init__(
+        self,
+        services: RunServices,
+        name: str,
+        source: Any,
+        columns: Columns,
+        key: str | None,
+        on_row_error: OnRowError,
+        page_size: int,
+    ) -> None:
+        self.services = services
+        self.name = name
+        self.source = source
+        self.columns = columns
+        self.on_row_error = on_row_error
+        self.page_size = page_size
+        self.limits = limits = services.limits
+        self.result = MapResult(
+            dataset=name,
+            run_id=services.run_id,
+            sheet=services.store,
+            retained_budget=limits.retained_rows_budget_bytes,
+        )
+        self.planner = RowPlanner(services.store, services.run_id, name, key, services.attempt)
+        self.pages = PageLeases(
+            services.store,
+            services.run_id,
+            name,
+            services.owner,
+            services.attempt,
+            limits,
+            services.wall_clock,
+            services.emit,
+        )
+        self.sizes = _RowSizes()
+        self.total: int | None = None
+        self.writer = TerminalRowWriter(
+            services.store,
+            services.run_id,
+            name,
+            buffer_bytes=limits.writer_buffer_bytes,
+            max_flush=limits.writer_max_flush,
+            cleanup_timeout=limits.cleanup_timeout,
+            on_commit=self._on_commit,
+            before_write=services.receipts.settled_up_to_now,
+        )
+        self.progress_dirty = False
+
+    # -- the whole map ------------------------------------------------------
+    async def run(self) -> MapResult:
+        opened = await open_source(self.name, self.source)
+        self.total = opened.total
+        emit = self.services.emit
+        emit("map.started", {"map": self.name, "total": self.total})
+        error: Exception | None = None
+        async with open_nursery() as nursery:
+            await nursery.start(self.writer.run)
+            nursery.start_soon(self._report_progress)
+            try:
+                await self._run_pages(opened.rows, opened.reread)
+            except Exception as exc:
+                error = exc
+            finally:
+                self.writer.close_input()
+            await self.writer.finished.wait()
+            nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        latch = self.services.receipts.latch
+        if latch is not None:
+            raise PersistenceLatchTripped(
+                f"dataset {self.name!r}: a completion could not be recorded ({latch})"
+            ) from latch
+        emit("map.progress", self._counts())
+        emit("map.finished", self._counts())
+        return self.result
+
+    async def _run_pages(
+        self, rows: Iterator[Any], reread: Callable[[int, int], list[Any]] | None
+    ) -> None:
+        """Lease and run every page; pages held by a live peer are run last, if at all."""
+        slots = trio.Semaphore(_PAGES_IN_FLIGHT)
+        position = 0
+        # A page starts its rows only once the page before it has started all
+        # of its own: pages overlap in their tails, never compete for rows.
+        previous = trio.Event()
+        previous.set()
+        held: list[tuple[int, list[Any] | None, int]] = []
+        async with open_nursery() as pages:
+            while True:
+                chunk = list(itertools.islice(rows, self.page_size))
+                if not chunk:
+                    break
+                offset = position
+                position += len(chunk)
+                # The lease is taken only when a slot is free, so it cannot
+                # expire while the page waits for the page before it.
+                await slots.acquire()
+                started = await self._try_page(pages, chunk, offset, slots, previous)
+                if isinstance(started, trio.Event):
+                    previous = started
+                    continue
+                slots.release()
+                if started is None:
+                    # Keep the rows only if the source cannot be read again.
+                    held.append((offset, None if reread else chunk, len(chunk)))
+            for offset, kept, length in held:
+                await slots.acquire()
+                claim = await self.pages.wait_for(offset)
+                chunk = kept if kept is not None else reread(offset, length)  # type: ignore[misc]
+                started = await self._try_page(pages, chunk, offset, slots, previous, claim)
+                if isinstance(started, trio.Event):
+                    previous = started
+                else:
+                    slots.release()
+
+    async def _try_page(
+        self,
+        pages: trio.Nursery,
+        chunk: list[Any],
+        offset: int,
+        slots: trio.Semaphore,
+        previous: trio.Event,
+        claim: PageLease | Literal["held", "done"] | None = None,
+    ) -> trio.Event | object | None:
+        """Start the page if it is ours to run.
+
+        Returns the page's "all rows started" event, ``_DONE`` when nothing
+        in it needs to run, or ``None`` when a live peer holds it. A page
+        marked done is not trusted blindly: its rows are checked against the
+        sheet, so rows added to the input since, or rows that failed in an
+        earlier attempt, still run.
+        """
+        if claim is None:
+            claim = await self.pages.claim(offset)
+        if claim == "held":
+            return None
+        plan = await self._plan(chunk, offset)
+        if claim == "done":
+            if not plan.rows:
+                return _DONE
+            claim = await self.pages.claim(offset, reopen=True)
+            if not isinstance(claim, PageLease):
+                self.planner.give_back(plan)
+                return None if claim == "held" else _DONE
+        assert isinstance(claim, PageLease)
+        spawned = trio.Event()
+        pages.start_soon(self._run_page, plan.rows, claim, slots, previous, spawned)
+        await trio.lowlevel.checkpoint()
+        return spawned
+
+    async def _plan(self, chunk: list[Any], offset: int) -> Plan:
+        plan = await self.planner.plan(chunk, offset)
+        result = self.result
+        result.skipped_count += plan.skipped
+        result.duplicate_count += plan.duplicates
+        if plan.foreign:
+            result.forget_retained()
+        return plan
+
+    # -- one page -----------------------------------------------------------
+    async def _run_page(
+        self,
+        planned: list[tuple[int, str, dict[str, Any]]],
+        lease: PageLease,
+        slots: trio.Semaphore,
+        previous_spawned: trio.Event,
+        spawned: trio.Event,
+    ) -> None:
+        offset = lease.offset
+        services = self.services
+        try:
+            await previous_spawned.wait()
+            observer = MapStallObserver(
+                map_name=self.name,
+                page_offset=offset,
+                interval=self.limits.stall_log_interval,
+                writer_diagnostics=self.writer.diagnostics,
+                emit=lambda report: services.emit("map.stall", report),
+            )
+            limiter = services.row_limiter
+            budget = services.row_budget
+            with self.writer.sender() as sender:
+                page = Page(offset, observer, sender)
+                async with open_nursery() as nursery:
+                    await nursery.start(observer.run)
+                    nursery.start_soon(self.pages.keep, lease, page, nursery.cancel_scope)
+                    async with open_nursery() as rows:
+                        # Consume the plan as rows start: a finished row's data must
+                        # not stay alive until its whole page ends.
+                        planned.reverse()
+                        while planned:
+                            position, key, data = planned.pop()
+                            token = object()
+                            try:
+                                limiter.acquire_on_behalf_of_nowait(token)
+                            except trio.WouldBlock:
+                                await limiter.acquire_on_behalf_of(token)
+                            try:
+                                estimate = self.sizes.estimate()
+                                reserved = budget.try_acquire(estimate)
+                                if reserved is None:
+                                    reserved = await budget.acquire(estimate)
+                            except BaseException:
+                                limiter.release_on_behalf_of(token)
+                                raise
+                            page.outstanding += 1
+                            rows.start_soon(
+                                self._run_row, page, position, key, data, token, reserved
+                            )
+                        page.spawning_done = True
+                        spawned.set()
+                        if page.outstanding == 0:
+                            page.settled.set()
+                    await page.settled.wait()
+                    nursery.cancel_scope.cancel()
+            if page.lost:
+                return
+            await self.pages.finish(lease, page)
+        except BaseException:
+            await self.pages.release(lease)
+            raise
+        finally:
+            slots.release()
+
+    async def _run_row(
+        self,
+        page: Page,
+        position: int,
+        key: str,
+        data: dict[str, Any],
+        token: object,
+        reserved: int,
+    ) -> None:
+        services = self.services
+        try:
+            row, failure = await self._resolve(page, position, key, data)
+            terminal_token = page.observer.terminal_queued()
+            size = len(row.data_json) + len(key) + 64
+            self.sizes.observe(size)
+            # Keep the row itself only while someone may still want it in memory.
+            keep = data if row.status == "completed" and self.result.wants_preview() else None
+            # The row now lives in row.data_json: a row waiting for admission
+            # must not hold its parsed values as well.
+            del data
+            await page.sender.send(TerminalRow(row, size, page, terminal_token, keep))
+            page.observer.terminal_admitted(terminal_token)
+        except BaseException:
+            page.row_settled()
+            raise
+        finally:
+            services.row_limiter.release_on_behalf_of(token)
+            services.row_budget.release(reserved)
+        if failure is not None and self.on_row_error == "fail":
+            failure.add_note(f"trioplay: dataset {self.name!r}, row {key!r} failed")
+            raise failure
+
+    async def _resolve(
+        self, page: Page, position: int, key: str, data: dict[str, Any]
+    ) -> tuple[SheetRow, Exception | None]:
+        observer = page.observer
+        observer_token = observer.resolver_started()
+        rc = RowContext(self.services, self.name, key, observer, observer_token)
+        column = ""
+        try:
+            for column, resolver in self.columns:
+                value = resolver(data, rc)
+                if inspect.isawaitable(value):
+                    value = await value
+                data[column] = value
+            try:
+                text = dumps(data)
+            except (TypeError, ValueError):
+                raise _not_serialisable(data, self.columns) from None
+            if len(text) > self.limits.active_rows_budget_bytes:
+                raise MapMemoryLimitError(
+                    f"the row is {len(text):,} bytes as JSON, more than "
+                    f"active_rows_budget_bytes={self.limits.active_rows_budget_bytes:,}"
+                )
+        except _FATAL as exc:
+            exc.add_note(f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}")
+            raise
+        except Exception as exc:
+            return self._failed_row(position, key, data, exc), exc
+        finally:
+            observer.resolver_finished(observer_token)
+        return SheetRow(key, position, "completed", text, None, self.services.attempt), None
+
+    def _failed_row(
+        self, position: int, key: str, data: dict[str, Any], exc: Exception
+    ) -> SheetRow:
+        kept: dict[str, Any] = {}
+        for name, value in data.items() if not isinstance(exc, MapMemoryLimitError) else ():
+            try:
+                dumps(value)
+            except (TypeError, ValueError):
+                continue
+            kept[name] = value
+        return SheetRow(
+            key, position, "failed", dumps(kept), format_error(exc), self.services.attempt
+        )
+
+    # -- commits ------------------------------------------------------------
+    def _on_commit(self, batch: list[TerminalRow]) -> None:
+        result = self.result
+        done = self.planner.done
+        for item in batch:
+            row = item.row
+            done(row.key)
+            page: Page = item.page
+            if row.status == "completed":
+                result.count_committed(row.position, row.data_json, item.size, item.data)
+            else:
+                result.failed_count += 1
+                page.failed += 1
+            page.observer.terminal_committed(item.token)
+            page.row_settled()
+        self.progress_dirty = True
+
+    def _counts(self) -> dict[str, Any]:
+        r = self.result
+        return {
+            "map": self.name,
+            "completed": r.completed_count,
+            "failed": r.failed_count,
+            "skipped": r.skipped_count,
+            "duplicates": r.duplicate_count,
+            "total": self.total,
+        }
+
+    async def _report_progress(self) -> None:
+        """Emit ``map.progress`` every ``progress_flush_interval`` while counts change."""
+        while True:
+            await trio.sleep(self.limits.progress_flush_interval)
+            if self.progress_dirty:
+                self.progress_dirty = False
+                self.services.emit("map.progress", self._counts())
+
+
+def _not_serialisable(data: dict[str, Any], columns: Columns) -> RowOutputNotJsonSerializable:
+    for name, value in data.items():
+        try:
+            dumps(value)
+        except (TypeError, ValueError) as exc:
+            kind = "column" if any(name == column for column, _ in columns) else "input field"
+            return RowOutputNotJsonSerializable(
+                f"{kind} {name!r} holds a {type(value).__name__} that cannot be stored "
+                f"as JSON ({exc}); return str, int, float, bool, None, list or dict"
+            )
+    return RowOutputNotJsonSerializable("the row cannot be stored as JSON")

@@ -1,0 +1,127 @@
+"""The services of one run, named: what the map runner and both contexts share.
+
+``Runtime.run`` builds one :class:`RunServices` per attempt and hands it to
+:class:`~trioplay.PlayContext` (the play's facade), to the map runner and,
+through it, to each :class:`~trioplay.RowContext`. Nothing below the
+``PlayContext`` receives or imports it: rooms that need the store, the limits
+or the dispatcher get them from here. The durable effects that both contexts
+offer (``step`` and ``fetch``) live here once; tool calls go straight to the
+dispatcher (the hot path takes no extra frame).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ._dispatch import Dispatcher, local_executor
+from ._errors import PlayDefinitionError
+from ._events import RuntimeEvent, deliver
+from ._json import digest
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping
+
+    from ._budget import ByteBudget
+    from ._events import EventSink
+    from ._fetch import Fetcher, FetchResponse
+    from ._limits import FetchTimeouts, Limits
+    from ._store import Store
+    from ._tools import ToolCall
+
+play_log = logging.getLogger("trioplay.play")
+
+
+@attrs.define(eq=False)
+class RunServices:
+    """The per-run services: identity, store, limits, admission and the receipts dispatcher."""
+
+    run_id: str
+    attempt: int
+    play: str
+    store: Store
+    limits: Limits
+    owner: str
+    wall_clock: Callable[[], float]
+    row_limiter: trio.CapacityLimiter
+    row_budget: ByteBudget
+    receipts: Dispatcher
+    fetcher: Callable[[], Awaitable[Fetcher]]
+    on_event: EventSink | None = None
+
+    def emit(self, type: str, data: dict[str, Any]) -> None:
+        """Deliver a :class:`RuntimeEvent` of this run to the user's sink."""
+        if self.on_event is not None:
+            deliver(self.on_event, RuntimeEvent(type, self.run_id, trio.current_time(), data))
+
+    def log(self, message: str, **where: str) -> None:
+        """A ``play.log`` line and event; ``where`` names the map and row, if any."""
+        if where:
+            play_log.info("[%s] %s[%s]: %s", self.run_id, where["map"], where["row"], message)
+        else:
+            play_log.info("[%s] %s", self.run_id, message)
+        self.emit("play.log", {"message": str(message), **where})
+
+    async def step(
+        self, receipt_key: str, name: str, fn: Callable[[], Any], stale_after: float | None
+    ) -> Any:
+        """Run ``fn()`` once under ``receipt_key`` and replay its JSON result afterwards."""
+        if not callable(fn):
+            raise PlayDefinitionError(f"step {name!r}: fn must be callable")
+        return await self.receipts.run_effect(
+            operation="step",
+            name=name,
+            key=receipt_key,
+            execute=local_executor(fn),
+            kind="local",
+            stale_after=stale_after,
+        )
+
+    async def fetch(
+        self,
+        url: str,
+        *,
+        method: str,
+        headers: Mapping[str, Any] | None,
+        json: Any,
+        content: bytes | str | None,
+        auth: Any,
+        timeouts: FetchTimeouts | None,
+        stale_after: float | None,
+        force: bool,
+    ) -> FetchResponse:
+        """A recorded HTTP request (``ctx.fetch`` and ``rc.fetch``)."""
+        from ._fetch import FetchResponse
+
+        fetcher = await self.fetcher()
+        identity = fetcher.request_identity(
+            url, method=method, headers=headers, json=json, content=content, auth=auth
+        )
+
+        async def execute(_call: ToolCall) -> Any:
+            response = await fetcher.fetch(
+                url,
+                method=method,
+                headers=headers,
+                json=json,
+                content=content,
+                auth=auth,
+                timeouts=timeouts,
+            )
+            return response.to_record()
+
+        record = await self.receipts.run_effect(
+            operation="fetch",
+            name=f"{method.upper()} {fetcher.redact(url)}",
+            key=digest("fetch", self.run_id, identity),
+            execute=execute,
+            kind="fetch",
+            force=force,
+            stale_after=stale_after,
+            # The fetch deadlines bound it; the tool timeout is only a backstop.
+            timeout=None,
+        )
+        return FetchResponse.from_record(record)
