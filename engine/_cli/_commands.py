@@ -34,17 +34,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
-from ._errors import PlayDefinitionError, PlayInputError, format_error
+from .._errors import PlayDefinitionError, PlayInputError, format_error
+from .._runtime import DEFAULT_STORE_URL, Play, open_runtime, play_name
+from .._tools import ToolRegistry
 from ._progress import OutputFile, RunReporter, format_summary
-from ._runtime import DEFAULT_STORE_URL, Play, open_runtime, play_name
-from ._tools import ToolRegistry
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
     from types import ModuleType
 
-    from ._records import RowStatus, SheetRow
-    from ._store import Store
+    from .._records import RowStatus, SheetRow
+    from .._store import Store
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -557,7 +557,7 @@ def _importable_from(folder: Path) -> Iterator[None]:
 
 
 def _is_play_function(obj: object) -> bool:
-    from . import _runtime
+    from .. import _runtime
 
     return callable(obj) and obj is not _runtime.play and not isinstance(obj, type)
 
