@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import trioplay
-from trioplay._cli import _demo
-from trioplay._cli._commands import main, split_play_ref
+from trioplay._cli import _demo, main
+from trioplay._cli._playfile import split_play_ref
 from trioplay._cli._progress import MapProgress, RunOutcome, RunReporter, format_summary
 from trioplay._runtime import DEFAULT_STORE_URL
 
