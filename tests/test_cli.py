@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 import trioplay
-from trioplay import _demo
-from trioplay._cli import main, split_play_ref
-from trioplay._progress import MapProgress, RunOutcome, RunReporter, format_summary
+from trioplay._cli import _demo, main
+from trioplay._cli._playfile import split_play_ref
+from trioplay._cli._progress import MapProgress, RunOutcome, RunReporter, format_summary
 from trioplay._runtime import DEFAULT_STORE_URL
 
 REPO = Path(__file__).resolve().parent.parent
@@ -646,7 +646,7 @@ def test_progress_bar_on_a_terminal_lives_only_while_the_map_runs() -> None:
 
 
 def test_summary_lists_maps_calls_and_outputs() -> None:
-    from trioplay._progress import OutputFile
+    from trioplay._cli._progress import OutputFile
 
     outcome = RunOutcome(
         run_id="r",

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from rich.progress import Progress, TaskID
 
-    from ._events import RuntimeEvent
+    from .._events import RuntimeEvent
 
 
 @attrs.define

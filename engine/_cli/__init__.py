@@ -1,0 +1,127 @@
+"""The ``trioplay`` command line (also ``python -m trioplay``).
+
+Commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``. Each
+returns an exit code: 0 success, 1 a failed run (or an unexpected error), 2 a
+usage or input problem (bad arguments, a missing file, a bad store URL,
+:class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`),
+130 when interrupted with Ctrl-C. Errors are one line, ``error: ...``, on
+stderr; ``--debug`` adds the traceback.
+
+Progress goes to stderr (see ``_progress``), summaries and tables to stdout,
+and so do the log lines of ``trioplay.stall`` and of plays (``ctx.log``).
+Loading a play file happens before Trio starts; everything that touches a
+store runs inside one ``trio.run`` per command.
+
+This module is one invocation: parse, set up logging, run the command, turn
+what it raised into an exit code. The package sits on top of the library: it
+imports ``trioplay.stores`` and ``trioplay.adapters`` freely (the rest of the
+engine only lazily, where a store URL or a file reader needs one), and no
+engine module outside it imports it, except ``__main__``, the other entry
+point.
+
+- ``_common``: exit codes, the demo's defaults, ``UsageError``, error lines
+- ``_parser``: the argument parser
+- ``_commands``: the command handlers
+- ``_playfile``: loading a play file, its play and its tools
+- ``_export``: a dataset sheet to CSV or JSON Lines
+- ``_progress``: the progress bar or lines and the end-of-run summary
+- ``_demo``: the bundled ``enrich-leads`` play and its simulated tools
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import traceback
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .._errors import PlayDefinitionError, PlayInputError
+from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, _say, describe_error
+from ._parser import build_parser
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help and on usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    session = _Session(debug=args.debug)
+    with session.logging():
+        try:
+            code: int = args.command(args, session)
+            return code
+        except KeyboardInterrupt:
+            _say("interrupted")
+            return EXIT_INTERRUPTED
+        except (UsageError, PlayInputError, PlayDefinitionError) as exc:
+            session.report_error(exc, usage=True)
+            return EXIT_USAGE
+        except Exception as exc:
+            session.report_error(exc, usage=False)
+            return EXIT_FAILED
+
+
+class _LogHandler(logging.Handler):
+    """Log lines to stderr as it is now, or through ``sink`` (above a live progress bar)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sink: Callable[[str], None] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+            if self.sink is not None:
+                self.sink(text)
+            else:
+                sys.stderr.write(text + "\n")
+                sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+@attrs.define
+class _Session:
+    """Per-invocation settings: ``--debug`` and where log lines go."""
+
+    debug: bool
+    handler: _LogHandler = attrs.field(factory=_LogHandler)
+
+    @contextlib.contextmanager
+    def logging(self) -> Iterator[None]:
+        # Play logs (trioplay.play) are INFO, stall lines (trioplay.stall) WARNING.
+        self.handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger = logging.getLogger("trioplay")
+        level = logger.level
+        logger.addHandler(self.handler)
+        logger.setLevel(logging.DEBUG if self.debug else logging.INFO)
+        try:
+            yield
+        finally:
+            logger.removeHandler(self.handler)
+            logger.setLevel(level)
+
+    @contextlib.contextmanager
+    def log_through(self, sink: Callable[[str], None]) -> Iterator[None]:
+        self.handler.sink = sink
+        try:
+            yield
+        finally:
+            self.handler.sink = None
+
+    def report_error(self, exc: BaseException, *, usage: bool) -> None:
+        if self.debug:
+            traceback.print_exception(exc, file=sys.stderr)
+        _say(f"error: {describe_error(exc, usage=usage)}")
+        if not usage and not self.debug:
+            _say("(run with --debug for the traceback)")

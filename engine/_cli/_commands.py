@@ -1,0 +1,345 @@
+"""The commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``.
+
+Each handler takes the parsed arguments and the session and returns an exit
+code; everything that touches a store runs inside one ``trio.run``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .._errors import PlayDefinitionError, PlayInputError
+from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
+from ._common import DEMO_STORE_URL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, _say
+from ._export import Format, StatusFilter, export_dataset, format_for
+from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
+from ._progress import OutputFile, RunReporter, format_summary
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import AsyncIterator, Sequence
+
+    from .._store import Store
+    from .._tools import ToolRegistry
+    from . import _Session
+
+
+# -- stores -------------------------------------------------------------------
+
+
+def _store_for(url: str, *, must_exist: bool = False) -> Store:
+    """The store for ``url``, not yet opened; :class:`UsageError` if the URL is bad.
+
+    With ``must_exist``, a SQLite file that is not there is an error rather
+    than a new empty database (reading commands should not create stores).
+    """
+    from trioplay.stores import open_store  # stores depend on the engine, not back
+
+    try:
+        store = open_store(url)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if must_exist and url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        if path != ":memory:" and not Path(path).exists():
+            hint = ""
+            demo_path = DEMO_STORE_URL.removeprefix("sqlite:///")
+            if url == DEFAULT_STORE_URL and Path(demo_path).exists():
+                hint = (
+                    f"; `trioplay demo` keeps its runs in {DEMO_STORE_URL}:"
+                    f" add --store {DEMO_STORE_URL}"
+                )
+            raise UsageError(f"no store at {url} (the file {path} does not exist){hint}")
+    return store
+
+
+@contextlib.asynccontextmanager
+async def _opened(store: Store) -> AsyncIterator[Store]:
+    await store.open()
+    try:
+        yield store
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+
+
+# -- demo and run -------------------------------------------------------------
+
+
+@attrs.frozen
+class _RunSpec:
+    play: Play
+    tools: ToolRegistry
+    input: Any
+    run_id: str | None
+    store: Store
+    out: str | None
+    format: Format | None
+    status: StatusFilter
+
+
+@attrs.frozen
+class _Finished:
+    error: Exception | None
+    sheets: dict[str, dict[str, int]]
+    outputs: list[OutputFile]
+
+
+def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
+    from . import _demo  # the demo imports the adapters; only load it when asked
+
+    store = _store_for(args.store)
+    rows: int | None = args.rows
+    with contextlib.ExitStack() as stack:
+        if rows is None or rows == _demo.BUNDLED_ROWS:
+            rows = _demo.BUNDLED_ROWS
+            csv_path = stack.enter_context(_demo.bundled_csv())
+        else:
+            # Generated leads are the bundled ones extended (or cut short), so
+            # `--rows 200` runs the first 200 rows of the bundled file.
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="trioplay-demo-"))
+            csv_path = Path(folder) / f"leads-{rows}.csv"
+            _demo.write_leads_csv(csv_path, rows)
+        spec = _RunSpec(
+            play=_demo.enrich_leads,
+            tools=_demo.tools(),
+            input={"csv": str(csv_path)},
+            # Fixed, not derived from the input: the CSV's path depends on where
+            # trioplay is installed, and the demo should resume wherever it runs.
+            run_id=f"demo-{rows}",
+            store=store,
+            out=args.out,
+            format=args.format,
+            status=args.status,
+        )
+        return _execute(spec, session)
+
+
+def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
+    path, name = split_play_ref(args.play)
+    input = _parse_input(args.input, args.csv)
+    store = _store_for(args.store)
+    with _importable_from(path.parent):
+        module = load_play_module(path)
+        play = find_play(module, path, name)
+        tools = find_tools(module, path)
+        spec = _RunSpec(
+            play=play,
+            tools=tools,
+            input=input,
+            run_id=args.run_id,
+            store=store,
+            out=args.out,
+            format=args.format,
+            status=args.status,
+        )
+        return _execute(spec, session)
+
+
+def _parse_input(text: str | None, csv_path: str | None) -> Any:
+    input: Any = {}
+    if text is not None:
+        try:
+            input = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"--input is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+            ) from None
+    if csv_path is not None:
+        if not isinstance(input, dict):
+            raise UsageError(f"--csv needs --input to be a JSON object, got {text}")
+        input["csv"] = csv_path
+    return input
+
+
+def _execute(spec: _RunSpec, session: _Session) -> int:
+    reporter = RunReporter()
+    try:
+        with session.log_through(reporter.write_line):
+            finished = trio.run(_run_and_export, spec, reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        run_id = reporter.outcome.run_id
+        if run_id is not None:
+            _say(f"interrupted: run {run_id} stopped; the same command resumes it")
+        else:
+            _say("interrupted")
+        return EXIT_INTERRUPTED
+    finally:
+        reporter.close()
+    print(
+        format_summary(
+            reporter.outcome,
+            list(reporter.maps.values()),
+            sheets=finished.sheets,
+            outputs=finished.outputs,
+        )
+    )
+    sys.stdout.flush()
+    if finished.error is not None:
+        session.report_error(finished.error, usage=False)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
+    async with open_runtime(store=spec.store, tools=spec.tools, on_event=reporter) as rt:
+        error: Exception | None = None
+        try:
+            await rt.run(spec.play, spec.input, run_id=spec.run_id)
+        except (PlayInputError, PlayDefinitionError):
+            raise  # the command was wrong, not the run: exit 2, no summary
+        except Exception as exc:
+            error = exc
+        run_id = reporter.outcome.run_id or spec.run_id
+        if run_id is None:  # the run never started (the store refused it)
+            if error is not None:
+                raise error
+            return _Finished(None, {}, [])
+        datasets = await rt.store.list_datasets(run_id)
+        sheets = {name: await rt.store.count_rows(run_id, name) for name in datasets}
+        outputs: list[OutputFile] = []
+        if error is None and spec.out is not None and datasets:
+            for name, path in _output_paths(spec.out, datasets).items():
+                fmt = spec.format or format_for(path)
+                count = await export_dataset(
+                    rt.store, run_id, name, path, fmt=fmt, status=spec.status
+                )
+                outputs.append(OutputFile(str(path), name, count))
+        return _Finished(error, sheets, outputs)
+
+
+def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, Path]:
+    path = Path(out)
+    if len(datasets) == 1:
+        return {datasets[0]: path}
+    return {name: path.with_name(f"{path.stem}.{name}{path.suffix}") for name in datasets}
+
+
+# -- runs list / show -------------------------------------------------------------
+
+
+def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
+    store = _store_for(args.store, must_exist=True)
+    text = trio.run(_runs_table, store, args.limit)
+    print(text)
+    return EXIT_OK
+
+
+async def _runs_table(store: Store, limit: int) -> str:
+    async with _opened(store):
+        runs = await store.list_runs(limit=limit)
+        if not runs:
+            return f"no runs in {store.url}"
+        table = [("RUN ID", "PLAY", "STATUS", "ATTEMPT", "UPDATED", "ROWS")]
+        for record in runs:
+            rows = 0
+            for dataset in await store.list_datasets(record.run_id):
+                rows += sum((await store.count_rows(record.run_id, dataset)).values())
+            table.append(
+                (
+                    record.run_id,
+                    record.play,
+                    record.status,
+                    str(record.attempt),
+                    _timestamp(record.updated_at),
+                    f"{rows:,}",
+                )
+            )
+    return _format_table(table, right=(3, 5))
+
+
+def _format_table(table: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> str:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = []
+    for row in table:
+        cells = [
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _timestamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _cmd_runs_show(args: argparse.Namespace, session: _Session) -> int:
+    store = _store_for(args.store, must_exist=True)
+    print(trio.run(_run_details, store, args.run_id))
+    return EXIT_OK
+
+
+async def _run_details(store: Store, run_id: str) -> str:
+    async with _opened(store):
+        record = await store.get_run(run_id)
+        if record is None:
+            raise UsageError(f"no run {run_id!r} in {store.url} (`trioplay runs list` lists them)")
+        datasets = {
+            name: await store.count_rows(run_id, name) for name in await store.list_datasets(run_id)
+        }
+        receipts = await store.count_receipts(run_id)
+    lines = [
+        f"run:      {record.run_id}",
+        f"play:     {record.play}",
+        f"status:   {record.status}",
+        f"attempts: {record.attempt}",
+        f"created:  {_timestamp(record.created_at)}",
+        f"updated:  {_timestamp(record.updated_at)}",
+        f"input:    {record.input_json}",
+    ]
+    if record.error:
+        lines.append(f"error:    {record.error}")
+    if record.stats_json:
+        try:
+            stats = json.loads(record.stats_json)
+        except ValueError:
+            stats = {}
+        if isinstance(stats, dict) and stats:
+            shown = ", ".join(f"{key.replace('_', ' ')} {value:,}" for key, value in stats.items())
+            lines.append(f"stats (last attempt): {shown}")
+    lines.append("datasets:" if datasets else "datasets: none")
+    for name, counts in datasets.items():
+        completed, failed = counts.get("completed", 0), counts.get("failed", 0)
+        lines.append(f"  {name}: {completed:,} completed, {failed:,} failed")
+    if receipts:
+        shown = ", ".join(f"{count:,} {status}" for status, count in sorted(receipts.items()))
+        lines.append(f"receipts: {shown}")
+    else:
+        lines.append("receipts: none")
+    return "\n".join(lines)
+
+
+# -- export ---------------------------------------------------------------------
+
+
+def _cmd_export(args: argparse.Namespace, session: _Session) -> int:
+    store = _store_for(args.store, must_exist=True)
+    path = Path(args.out)
+    fmt: Format = args.format or format_for(path)
+    count = trio.run(_export_command, store, args.run_id, args.dataset, path, fmt, args.status)
+    print(f"{path}: {count:,} rows of {args.dataset} (run {args.run_id})")
+    return EXIT_OK
+
+
+async def _export_command(
+    store: Store, run_id: str, dataset: str, path: Path, fmt: Format, status: StatusFilter
+) -> int:
+    async with _opened(store):
+        if await store.get_run(run_id) is None:
+            raise UsageError(f"no run {run_id!r} in {store.url} (`trioplay runs list` lists them)")
+        datasets = await store.list_datasets(run_id)
+        if dataset not in datasets:
+            known = ", ".join(datasets) or "none"
+            raise UsageError(f"run {run_id!r} has no dataset {dataset!r}; its datasets: {known}")
+        return await export_dataset(store, run_id, dataset, path, fmt=fmt, status=status)

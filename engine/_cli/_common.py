@@ -1,0 +1,37 @@
+"""What every part of the command line shares: exit codes, the demo's
+defaults, :class:`UsageError` and the one-line error report on stderr."""
+
+from __future__ import annotations
+
+import sys
+
+from .._errors import format_error
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+DEMO_STORE_URL = "sqlite:///.trioplay/demo.db"
+"""The demo's own store, apart from the default one so that it never mixes with real runs."""
+DEMO_OUT = "out/demo-leads.csv"
+MAX_DEMO_ROWS = 100_000
+
+
+class UsageError(Exception):
+    """The command cannot start as given: exit code 2, one line of explanation."""
+
+
+def describe_error(exc: BaseException, *, usage: bool = False) -> str:
+    """One line for ``exc``: its message (with the type unless it is a usage error)
+    and the engine's notes on where it happened."""
+    text = str(exc) if usage and str(exc) else format_error(exc)
+    notes = [note.removeprefix("trioplay: ") for note in getattr(exc, "__notes__", ()) or ()]
+    if notes:
+        text += f" ({'; '.join(notes)})"
+    return " ".join(text.split("\n"))
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()

@@ -1,0 +1,137 @@
+"""``trioplay export`` and ``run --out``: one dataset sheet streamed, page by
+page, to a CSV or JSON Lines file."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+from typing import TYPE_CHECKING, Any, Literal
+
+import trio
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, Sequence
+    from pathlib import Path
+
+    from .._records import RowStatus, SheetRow
+    from .._store import Store
+
+Format = Literal["csv", "jsonl"]
+StatusFilter = Literal["completed", "failed", "all"]
+
+_EXPORT_PAGE = 1000
+_EXTRA_COLUMNS = ("_status", "_error")
+
+
+def format_for(path: Path) -> Format:
+    """``jsonl`` for ``.jsonl``/``.ndjson`` files, else ``csv``."""
+    return "jsonl" if path.suffix.lower() in (".jsonl", ".ndjson") else "csv"
+
+
+async def export_dataset(
+    store: Store,
+    run_id: str,
+    dataset: str,
+    path: Path,
+    *,
+    fmt: Format,
+    status: StatusFilter = "completed",
+) -> int:
+    """Write one dataset sheet to ``path`` page by page; return the number of rows.
+
+    Never holds more than one page of rows. CSV needs its header first, so it
+    reads the sheet twice: once for the column names, once to write, and the
+    second pass stops at the last row the first one saw. The file appears
+    complete or not at all (written beside it, then renamed).
+    """
+    wanted: RowStatus | None = None if status == "all" else status
+    last_position: int | None = None
+    header: list[str] = []
+    if fmt == "csv":
+        columns: dict[str, None] = {}
+        pages = _sheet_pages(store, run_id, dataset, wanted, None)
+        async with contextlib.aclosing(pages):
+            async for page in pages:
+                for row in page:
+                    columns.update(dict.fromkeys(_record(row, status)))
+                last_position = page[-1].position
+        if last_position is None:
+            last_position = -1  # an empty sheet: a header-less empty file
+        header = [name for name in columns if name not in _EXTRA_COLUMNS]
+        header += [name for name in _EXTRA_COLUMNS if name in columns]
+    target = trio.Path(path)
+    await target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial")
+    count = 0
+    try:
+        async with await partial.open("w", encoding="utf-8", newline="") as file:
+            if fmt == "csv" and header:
+                await file.write(_csv_text([header]))
+            pages = _sheet_pages(store, run_id, dataset, wanted, last_position)
+            async with contextlib.aclosing(pages):
+                async for page in pages:
+                    records = [_record(row, status) for row in page]
+                    await file.write(_page_text(records, fmt, header))
+                    count += len(records)
+        await partial.replace(target)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await partial.unlink(missing_ok=True)
+        raise
+    return count
+
+
+async def _sheet_pages(
+    store: Store,
+    run_id: str,
+    dataset: str,
+    status: RowStatus | None,
+    last_position: int | None,
+) -> AsyncGenerator[list[SheetRow], None]:
+    after = -1
+    while True:
+        page = await store.read_rows(
+            run_id, dataset, status=status, after_position=after, limit=_EXPORT_PAGE
+        )
+        full = len(page) == _EXPORT_PAGE
+        if last_position is not None:
+            page = [row for row in page if row.position <= last_position]
+        if page:
+            yield page
+        if not full or len(page) < _EXPORT_PAGE:
+            return
+        after = page[-1].position
+
+
+def _record(row: SheetRow, status: StatusFilter) -> dict[str, Any]:
+    data = json.loads(row.data_json)
+    record: dict[str, Any] = data if isinstance(data, dict) else {"value": data}
+    if status == "all":
+        record["_status"] = row.status
+    if row.error is not None:
+        record["_error"] = row.error
+    return record
+
+
+def _page_text(records: Sequence[dict[str, Any]], fmt: Format, header: Sequence[str]) -> str:
+    if fmt == "csv":
+        return _csv_text([[_cell(record.get(name)) for name in header] for record in records])
+    return "".join(
+        json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n" for record in records
+    )
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _csv_text(rows: Sequence[Sequence[str]]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return buffer.getvalue()

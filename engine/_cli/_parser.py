@@ -1,0 +1,160 @@
+"""The argument parser: every command, its options and its help text.
+
+Each command sets ``command`` to its handler in ``_commands``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .._runtime import DEFAULT_STORE_URL
+from ._commands import _cmd_demo, _cmd_export, _cmd_run, _cmd_runs_list, _cmd_runs_show
+from ._common import DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
+
+_TOOLS_HELP = """\
+How `trioplay run` finds things in FILE.py:
+
+  the play   FILE.py:NAME picks the attribute NAME (or the play whose
+             @trioplay.play name is NAME). Without :NAME, the one function
+             decorated with @trioplay.play, else a function named `play`.
+  its tools  a module-level `tools`: either a trioplay.ToolRegistry or a
+             function `tools()` that returns one. No `tools`: no tools.
+  its input  --input JSON (default {}); --csv PATH sets input["csv"].
+
+The run id defaults to one derived from the play name and the input, so
+running the same command again resumes the run: committed rows are skipped
+and completed tool calls are replayed from their receipts, not paid twice.
+
+example:
+  trioplay run examples/enrich_leads.py --csv engine/_demo_data/leads.csv \\
+      --out out/leads.csv
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; each command sets ``command`` to its handler."""
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand's default must not undo a --debug given before it.
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="trioplay",
+        description="Run durable dataset-enrichment plays on Trio.",
+        parents=[common],
+    )
+    parser.set_defaults(debug=False)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    demo = commands.add_parser(
+        "demo",
+        parents=[common],
+        help="run the bundled example play (no network needed)",
+        description=(
+            "Run the bundled enrich-leads play over the bundled leads CSV on simulated "
+            "providers, write the enriched rows and print a summary. Run it twice: the "
+            "second run replays every call from its receipts."
+        ),
+    )
+    demo.add_argument(
+        "--store", default=DEMO_STORE_URL, help=f"store URL (default: {DEMO_STORE_URL})"
+    )
+    demo.add_argument(
+        "--rows",
+        type=_demo_rows,
+        default=None,
+        help="use N generated leads instead of the bundled file (the same first rows)",
+    )
+    demo.add_argument("--out", default=DEMO_OUT, help=f"output file (default: {DEMO_OUT})")
+    _add_output_options(demo)
+    demo.set_defaults(command=_cmd_demo)
+
+    run = commands.add_parser(
+        "run",
+        parents=[common],
+        help="run a play from a Python file",
+        description="Run a play from FILE.py durably; rerunning the same command resumes it.",
+        epilog=_TOOLS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("play", metavar="FILE.py[:PLAY]", help="the play file, and which play")
+    run.add_argument("--input", metavar="JSON", help="the play's input as JSON (default: {})")
+    run.add_argument("--csv", metavar="FILE", help='set input["csv"] to FILE')
+    run.add_argument(
+        "--store", default=DEFAULT_STORE_URL, help=f"store URL (default: {DEFAULT_STORE_URL})"
+    )
+    run.add_argument("--run-id", help="the run id (default: derived from the play and input)")
+    run.add_argument(
+        "--out",
+        help="export the datasets the run wrote: one dataset to FILE, several to "
+        "FILE-stem.<dataset>.<ext>",
+    )
+    _add_output_options(run)
+    run.set_defaults(command=_cmd_run)
+
+    runs = commands.add_parser("runs", parents=[common], help="list runs, or show one")
+    runs_commands = runs.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    runs_list = runs_commands.add_parser("list", parents=[common], help="recent runs")
+    _add_store_option(runs_list)
+    runs_list.add_argument("--limit", type=_positive_int, default=50, help="at most N runs")
+    runs_list.set_defaults(command=_cmd_runs_list)
+    runs_show = runs_commands.add_parser("show", parents=[common], help="one run in detail")
+    runs_show.add_argument("run_id", metavar="RUN")
+    _add_store_option(runs_show)
+    runs_show.set_defaults(command=_cmd_runs_show)
+
+    export = commands.add_parser(
+        "export",
+        parents=[common],
+        help="write a run's dataset to a CSV or JSON Lines file",
+        description=(
+            "Stream a dataset sheet to a file, in input order. CSV columns are every "
+            "field any row has, in order of first appearance; nested values are written "
+            "as JSON. Failed rows carry `_error`; with --status all, rows carry `_status`."
+        ),
+    )
+    export.add_argument("run_id", metavar="RUN")
+    export.add_argument("dataset", metavar="DATASET")
+    export.add_argument("--out", required=True, help="the file to write")
+    _add_store_option(export)
+    _add_output_options(export)
+    export.set_defaults(command=_cmd_export)
+    return parser
+
+
+def _add_store_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store", default=DEFAULT_STORE_URL, help=f"store URL (default: {DEFAULT_STORE_URL})"
+    )
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        choices=("csv", "jsonl"),
+        help="output format (default: from the file name, else csv)",
+    )
+    parser.add_argument(
+        "--status",
+        choices=("completed", "failed", "all"),
+        default="completed",
+        help="which rows to write (default: completed)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _demo_rows(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_DEMO_ROWS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_DEMO_ROWS:,}, got {value:,}")
+    return value
