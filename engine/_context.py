@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._json import digest
 from ._map import Dataset
+from ._plugins import source
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -58,15 +59,11 @@ class PlayContext:
         required column or a malformed line raises :class:`PlayInputError`
         naming the file, the line and the column.
         """
-        from trioplay.adapters.readers import CsvSource  # adapters depend on the engine
-
-        return CsvSource(path, required=required)
+        return source("csv", path, required)
 
     def jsonl(self, path: str, required: Sequence[str] = ()) -> Any:
         """Stream rows from a JSON Lines file (one object per line); checked like :meth:`csv`."""
-        from trioplay.adapters.readers import JsonlSource
-
-        return JsonlSource(path, required=required)
+        return source("jsonl", path, required)
 
     async def tool(
         self,

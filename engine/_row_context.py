@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ._json import digest
 
@@ -11,8 +11,13 @@ if TYPE_CHECKING:
 
     from ._fetch import FetchResponse
     from ._limits import FetchTimeouts
-    from ._map._stall import MapStallObserver
     from ._run import RunServices
+
+
+class PhaseObserver(Protocol):
+    """What a row context tells the stall observer: the row's phase changed."""
+
+    def set_phase(self, token: int, phase: Literal["resolver", "fetch"], /) -> None: ...
 
 
 class RowContext:
@@ -31,7 +36,7 @@ class RowContext:
         services: RunServices,
         dataset: str,
         key: str,
-        observer: MapStallObserver | None = None,
+        observer: PhaseObserver | None = None,
         token: int | None = None,
     ) -> None:
         self._services = services

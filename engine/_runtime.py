@@ -24,6 +24,7 @@ from ._groups import open_nursery
 from ._json import canonical_json, digest, dumps, dumps_output
 from ._limits import FetchTimeouts, Limits
 from ._owner import current_owner
+from ._plugins import open_store
 from ._run import RunServices
 from ._store import Store
 from ._tools import ToolRegistry
@@ -241,9 +242,8 @@ def _stats_dict(stats: DispatchStats) -> dict[str, int]:
 
 def _resolve_store(store: Store | str | None) -> Store:
     if store is None or isinstance(store, str):
-        from trioplay.stores import open_store  # stores depend on the engine, not back
-
-        return open_store(store or DEFAULT_STORE_URL)
+        resolved: Store = open_store(store or DEFAULT_STORE_URL)
+        return resolved
     if not isinstance(store, Store):
         raise PlayDefinitionError(f"store must be a Store or a URL string, got {store!r}")
     return store

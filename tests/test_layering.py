@@ -1,0 +1,137 @@
+"""The structure holds: data flows down, and each room imports only what it may.
+
+Like trio's ``test_exports``, these read the source (with ``ast``), so every
+import counts: at module level, inside functions (lazy imports) and under
+``TYPE_CHECKING``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"trioplay": ROOT / "engine", "trioplay.stores": ROOT / "stores"}
+PACKAGES["trioplay.adapters"] = ROOT / "adapters"
+
+
+def _modules(package: str) -> dict[str, Path]:
+    folder = PACKAGES[package]
+    found: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*.py")):
+        parts = list(path.relative_to(folder).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join([package, *parts])] = path
+    return found
+
+
+ENGINE = {
+    name: path
+    for name, path in _modules("trioplay").items()
+    if not name.startswith(("trioplay.stores", "trioplay.adapters"))
+}
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Every module ``module`` imports, as absolute dotted names."""
+    is_package = path.name == "__init__.py"
+    here = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            # ``from . import x`` may name a submodule.
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _engine_graph() -> dict[str, set[str]]:
+    """Edges between engine modules; importing ``a.b.c`` also runs ``a.b``'s ``__init__``."""
+    graph: dict[str, set[str]] = {}
+    for module, path in ENGINE.items():
+        edges: set[str] = set()
+        for target in _imports(module, path):
+            parts = target.split(".")
+            for end in range(2, len(parts) + 1):
+                name = ".".join(parts[:end])
+                # The root package is the public facade, run before anything;
+                # a module's own packages are already being imported.
+                if name in ENGINE and name != module and not module.startswith(name + "."):
+                    edges.add(name)
+        graph[module] = edges
+    return graph
+
+
+def test_the_engine_has_no_import_cycle() -> None:
+    graph = _engine_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycle = [*path[path.index(target) :], target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+def test_only_the_cli_imports_stores_and_adapters() -> None:
+    offenders = {
+        module: sorted(
+            target
+            for target in _imports(module, path)
+            if target.startswith(("trioplay.stores", "trioplay.adapters"))
+        )
+        for module, path in ENGINE.items()
+        if not module.startswith("trioplay._cli")
+    }
+    assert {module: found for module, found in offenders.items() if found} == {}
+
+
+def test_nothing_below_the_play_context_imports_it() -> None:
+    # The runtime builds it; the package re-exports it. Nobody else sees it.
+    importers = {
+        module for module, path in ENGINE.items() if "trioplay._context" in _imports(module, path)
+    }
+    assert importers == {"trioplay", "trioplay._runtime"}
+
+
+def test_the_cli_sits_on_top() -> None:
+    importers = {
+        module
+        for module, path in ENGINE.items()
+        if not module.startswith("trioplay._cli")
+        and any(t.startswith("trioplay._cli") for t in _imports(module, path))
+    }
+    assert importers == {"trioplay.__main__"}
+
+
+@pytest.mark.parametrize("package", ["trioplay.stores", "trioplay.adapters"])
+def test_stores_and_adapters_use_only_the_public_engine(package: str) -> None:
+    private = {
+        module: sorted(
+            target for target in _imports(module, path) if target.startswith("trioplay._")
+        )
+        for module, path in _modules(package).items()
+    }
+    assert {module: found for module, found in private.items() if found} == {}
