@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import trioplay
 from trioplay.stores.memory import MemoryStore
@@ -257,3 +258,41 @@ async def test_a_row_over_the_memory_budget_fails_without_its_data() -> None:
     rows = [row async for row in result.rows(status="failed")]
     assert all(row["_error"].startswith("MapMemoryLimitError: the row is") for row in rows)
     assert all("blob" not in row for row in rows)
+
+
+@pytest.mark.deadline(300)
+async def test_three_hung_rows_in_three_pages_do_not_stall_the_rest(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # One call hangs in each of the first three pages (page_size 1000).
+    hung = {"d5.example", "d1005.example", "d2005.example"}
+
+    async def finder(input: dict[str, Any], _call: trioplay.ToolCall) -> Any:
+        if input["domain"] in hung:
+            await trio.sleep_forever()
+        await trio.sleep(0.05)
+        return {"email": "x@" + input["domain"]}
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.dataset("s", leads(5000)).with_column("email", find_email).run(
+            key="domain"
+        )
+
+    progress: list[tuple[float, int]] = []
+
+    def on_event(event: trioplay.RuntimeEvent) -> None:
+        if event.type == "map.progress":
+            progress.append((event.at - start, event.data["completed"]))
+
+    store = MemoryStore()
+    start = trio.current_time()
+    with trio.move_on_after(120):
+        async with trioplay.open_runtime(
+            store=store, tools=registry(finder=finder), on_event=on_event
+        ) as rt:
+            await rt.run(play, {}, run_id="r")
+    assert (await store.count_rows("r", "s")).get("completed", 0) == 4997
+    # 256 rows at a time, 50 ms each: the row limit allows about 5,000 rows/s.
+    done_at = min(at for at, completed in progress if completed == 4997)
+    assert done_at < 5.0

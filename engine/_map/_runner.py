@@ -2,8 +2,9 @@
 
 ``run_map`` reads source rows lazily in pages of ``page_size``. Each page
 runs in its own nursery with its stall observer and its clone of the
-terminal-row writer's send channel; two pages may overlap so one page's last
-commits do not stall the next page's rows. Rows are admitted by the
+terminal-row writer's send channel; the next page starts once a page has
+started all its rows, so one page's stragglers and last commits never stall
+the rows after them. Rows are admitted by the
 runtime's row limiter (``max_concurrent_rows``, shared by every map of the
 runtime) and byte budget; a row's slot is freed when the terminal-row writer
 admits it. Rows are counted as completed or failed only when their batch has
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 # Errors that no row can isolate: every other row would hit them too.
 _FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputError)
-_PAGES_IN_FLIGHT = 2
 _DONE = object()  # a page with nothing left to run
 
 
@@ -172,49 +172,48 @@ class _MapRun:
     async def _run_pages(
         self, rows: Iterator[Any], reread: Callable[[int, int], list[Any]] | None
     ) -> None:
-        """Lease and run every page; pages held by a live peer are run last, if at all."""
-        slots = trio.Semaphore(_PAGES_IN_FLIGHT)
+        """Lease and run every page; pages held by a live peer are run last, if at all.
+
+        A page is read, leased and started only once the page before it has
+        started all of its rows, so pages overlap in their tails and never
+        compete for row slots. How many pages are open at once is bounded by
+        row admission alone (an open page has a row in flight, or is the one
+        starting its rows), not by a fixed window: a page waiting for one
+        straggler holds that row's slot and nothing more, while later pages
+        use the others.
+        """
         position = 0
-        # A page starts its rows only once the page before it has started all
-        # of its own: pages overlap in their tails, never compete for rows.
         previous = trio.Event()
         previous.set()
         held: list[tuple[int, list[Any] | None, int]] = []
         async with open_nursery() as pages:
             while True:
+                # Wait before reading: the input in memory stays about one page.
+                await previous.wait()
                 chunk = list(itertools.islice(rows, self.page_size))
                 if not chunk:
                     break
                 offset = position
                 position += len(chunk)
-                # The lease is taken only when a slot is free, so it cannot
-                # expire while the page waits for the page before it.
-                await slots.acquire()
-                started = await self._try_page(pages, chunk, offset, slots, previous)
+                started = await self._try_page(pages, chunk, offset)
                 if isinstance(started, trio.Event):
                     previous = started
-                    continue
-                slots.release()
-                if started is None:
+                elif started is None:
                     # Keep the rows only if the source cannot be read again.
                     held.append((offset, None if reread else chunk, len(chunk)))
             for offset, kept, length in held:
-                await slots.acquire()
+                await previous.wait()
                 claim = await self.pages.wait_for(offset)
                 chunk = kept if kept is not None else reread(offset, length)  # type: ignore[misc]
-                started = await self._try_page(pages, chunk, offset, slots, previous, claim)
+                started = await self._try_page(pages, chunk, offset, claim)
                 if isinstance(started, trio.Event):
                     previous = started
-                else:
-                    slots.release()
 
     async def _try_page(
         self,
         pages: trio.Nursery,
         chunk: list[Any],
         offset: int,
-        slots: trio.Semaphore,
-        previous: trio.Event,
         claim: PageLease | Literal["held", "done"] | None = None,
     ) -> trio.Event | object | None:
         """Start the page if it is ours to run.
@@ -239,7 +238,7 @@ class _MapRun:
                 return None if claim == "held" else _DONE
         assert isinstance(claim, PageLease)
         spawned = trio.Event()
-        pages.start_soon(self._run_page, plan.rows, claim, slots, previous, spawned)
+        pages.start_soon(self._run_page, plan.rows, claim, spawned)
         await trio.lowlevel.checkpoint()
         return spawned
 
@@ -257,14 +256,11 @@ class _MapRun:
         self,
         planned: list[tuple[int, str, dict[str, Any]]],
         lease: PageLease,
-        slots: trio.Semaphore,
-        previous_spawned: trio.Event,
         spawned: trio.Event,
     ) -> None:
         offset = lease.offset
         services = self.services
         try:
-            await previous_spawned.wait()
             observer = MapStallObserver(
                 map_name=self.name,
                 page_offset=offset,
@@ -312,10 +308,9 @@ class _MapRun:
                 return
             await self.pages.finish(lease, page)
         except BaseException:
+            spawned.set()  # the pages after it must not wait for it
             await self.pages.release(lease)
             raise
-        finally:
-            slots.release()
 
     async def _run_row(
         self,
