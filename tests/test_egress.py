@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, ip_address
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,6 +25,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from trioplay import FetchError, FetchTimeouts, Limits, UnsafeOutboundUrl
+from trioplay._address_blocks import REFUSED_BLOCKS, Block
 from trioplay._egress import EgressPolicy, PinnedTransport, inet_aton, parse_ip_host
 from trioplay._fetch import REDACTED, Fetcher, Secret, request_identity
 
@@ -324,6 +327,64 @@ async def assert_every_spelling_refused(addresses: list[IPv4Address | IPv6Addres
             for host in spellings(address):
                 with pytest.raises(UnsafeOutboundUrl):
                     await f.fetch(f"http://{host}/")
+
+
+def first_middle_last(block: Block) -> list[IPv4Address | IPv6Address]:
+    network = block.network
+    return [network.network_address, network[network.num_addresses // 2], network[-1]]
+
+
+@pytest.mark.parametrize("block", REFUSED_BLOCKS, ids=lambda block: str(block.network))
+async def test_every_block_of_the_table_is_refused_in_every_spelling(block: Block) -> None:
+    await assert_every_spelling_refused(first_middle_last(block))
+
+
+@pytest.mark.parametrize("block", REFUSED_BLOCKS, ids=lambda block: str(block.network))
+def test_every_refusal_names_its_block_and_why(block: Block) -> None:
+    for address in first_middle_last(block):
+        reason = EgressPolicy().refusal(address)
+        assert reason is not None
+        # The most specific block is named: the one itself, or a narrower one inside it.
+        named = next(other for other in REFUSED_BLOCKS if other.describe() in reason)
+        assert named.network.subnet_of(block.network)
+        assert named.why in reason
+
+
+@pytest.mark.parametrize("block", REFUSED_BLOCKS, ids=lambda block: str(block.network))
+async def test_allow_networks_opens_every_refused_block(block: Block) -> None:
+    policy = EgressPolicy.from_cidrs([str(block.network)])
+    addresses = first_middle_last(block)
+    for address in addresses:
+        assert policy.refusal(address) is None
+        if isinstance(address, IPv4Address):
+            assert policy.refusal(IPv6Address(f"::ffff:{address}")) is None
+    transport = Recorder()
+    async with fetcher(transport, Resolver({}), allow_networks=[str(block.network)]) as f:
+        for address in addresses:
+            host = address if isinstance(address, IPv4Address) else f"[{address}]"
+            assert (await f.fetch(f"http://{host}/")).ok
+    assert len(transport.requests) == len(addresses)
+
+
+def test_every_block_says_where_and_when_it_was_read() -> None:
+    networks = [block.network for block in REFUSED_BLOCKS]
+    assert len(set(networks)) == len(networks)
+    for block in REFUSED_BLOCKS:
+        assert block.name
+        assert block.why
+        assert block.ref
+        assert block.source.url.startswith("https://")
+        assert block.source.read.startswith("2026-")
+
+
+def test_the_decision_uses_no_ipaddress_classification() -> None:
+    # ipaddress's is_private/is_global/... tables differ between Python versions.
+    import trioplay._address_blocks
+    import trioplay._egress
+
+    for module in (trioplay._egress, trioplay._address_blocks):
+        source = Path(module.__file__ or "").read_text(encoding="utf-8")
+        assert re.findall(r"\.(?:is_\w+|teredo|sixtofour|ipv4_mapped)\b", source) == []
 
 
 # The addresses issue 16 found let through, and what the refusal must name.
@@ -658,7 +719,7 @@ async def test_a_secret_over_plain_http_is_refused_before_connecting(
     transport, resolver = Recorder(), Resolver()
     async with fetcher(transport, resolver) as f:
         with pytest.raises(FetchError, match="https") as caught:
-            await f.fetch("http://api.example.test/", **options)  # type: ignore[arg-type]
+            await f.fetch("http://api.example.test/", **options)
     assert TOKEN not in str(caught.value)
     assert API_KEY not in str(caught.value)
     assert transport.requests == []
