@@ -377,6 +377,12 @@ def test_every_block_says_where_and_when_it_was_read() -> None:
         assert block.source.read.startswith("2026-")
 
 
+def test_the_docs_list_every_refused_block() -> None:
+    docs = (Path(__file__).parent.parent / "docs" / "fetch.md").read_text(encoding="utf-8")
+    missing = [str(block.network) for block in REFUSED_BLOCKS if f"`{block.network}`" not in docs]
+    assert missing == []
+
+
 def test_the_decision_uses_no_ipaddress_classification() -> None:
     # ipaddress's is_private/is_global/... tables differ between Python versions.
     import trioplay._address_blocks
