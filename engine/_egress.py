@@ -1,12 +1,13 @@
 """Egress safety: which addresses ``fetch`` may connect to, and connecting only there.
 
 ``fetch`` is meant to be pointed at user-supplied URLs, so by default it only
-reaches public addresses. Loopback, private, link-local (which includes the
-cloud metadata address 169.254.169.254), shared (CGNAT), multicast, reserved
-and unspecified addresses are refused with :class:`UnsafeOutboundUrl`, and so
-are IPv6 addresses that smuggle one of those inside them (IPv4-mapped, NAT64,
-6to4) or that tunnel to arbitrary IPv4 hosts (Teredo, IPv4-compatible,
-IPv4-translated). ``allow_networks`` opens specific CIDR blocks, for example
+reaches public addresses. Every block in the project's own table
+(:mod:`._address_blocks`: the IANA special-purpose registries, multicast, the
+reserved IPv6 space and the cloud platforms' metadata and host addresses) is
+refused with :class:`UnsafeOutboundUrl`, the same on every Python.
+IPv4-mapped (``::ffff:0:0/96``) and NAT64 (``64:ff9b::/96``) addresses are
+judged by the IPv4 address they carry, since that is where they connect.
+``allow_networks`` opens specific CIDR blocks, for example
 ``["127.0.0.0/8"]`` for a local test server.
 
 The check is made on the address that is actually connected. A host name is
@@ -17,22 +18,17 @@ rebinding attempt, not a misconfiguration to route around), and
 the request keeps its ``Host`` header and TLS verifies the certificate for the
 host name. A numeric host is read the way a C resolver reads it
 (``inet_aton``: ``2130706433``, ``0177.0.0.1``, ``0x7f.1`` and ``127.1`` all
-name 127.0.0.1) and judged as that address, without asking any resolver.
+name 127.0.0.1; :func:`parse_url` spells it as that address) and judged as
+that address, without asking any resolver.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from ipaddress import (
-    IPv4Address,
-    IPv4Network,
-    IPv6Address,
-    IPv6Network,
-    ip_address,
-    ip_network,
-)
+from ipaddress import IPv4Address, IPv6Address, IPv6Network, ip_address, ip_network
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -41,24 +37,20 @@ import httpcore
 import httpx
 import trio
 
+from ._address_blocks import IPAddress, IPNetwork, refused_block
 from ._errors import UnsafeOutboundUrl
 
 if TYPE_CHECKING:
     import ssl
 
-IPAddress = IPv4Address | IPv6Address
-IPNetwork = IPv4Network | IPv6Network
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 """``resolve(host, port)`` returns the addresses ``host`` names, as strings."""
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
-_CGNAT = IPv4Network("100.64.0.0/10")
-_BROADCAST = IPv4Address("255.255.255.255")
-_IPV4_COMPATIBLE = IPv6Network("::/96")
-_IPV4_TRANSLATED = IPv6Network("::ffff:0:0:0/96")
+# The IPv6 forms whose connections go to the IPv4 address in their last 32 bits.
+_IPV4_MAPPED = IPv6Network("::ffff:0:0/96")
 _NAT64 = IPv6Network("64:ff9b::/96")
-_NAT64_LOCAL = IPv6Network("64:ff9b:1::/48")
 _DIGITS = {8: frozenset("01234567"), 10: frozenset("0123456789"), 16: frozenset("0123456789abcdef")}
 
 
@@ -116,52 +108,60 @@ def parse_ip_host(host: str) -> IPAddress | None:
     return inet_aton(host.removesuffix("."))
 
 
+def parse_url(text: str) -> httpx.URL:
+    """``httpx.URL(text)``, with a numeric IPv4 host spelled as the address it names.
+
+    A host that :func:`inet_aton` reads (``0177.0.0.1``, ``2130706433``,
+    ``0x7f.1``, ``127.1``, ``127.0.0.1.``) becomes its dotted quad, as browsers
+    do, so that the request, its receipt and the egress check all see the same
+    address (and httpx, which rejects dotted quads with leading zeros, sees a
+    plain one). Relative references pass through. Raises ``httpx.InvalidURL``.
+    """
+    return httpx.URL(_plain_numeric_host(text))
+
+
+async def plain_numeric_location(response: httpx.Response) -> None:
+    """An httpx response hook: a redirect's numeric ``Location`` host, spelled plainly.
+
+    httpx parses ``Location`` itself before the caller sees the response, and
+    would fail on ``http://0177.0.0.1/`` instead of letting the hop be vetted.
+    """
+    location = response.headers.get("location")
+    if location:
+        response.headers["location"] = _plain_numeric_host(location)
+
+
+def _plain_numeric_host(text: str) -> str:
+    match = _AUTHORITY_HOST.match(text)
+    if match is not None:
+        address = inet_aton(match["host"].removesuffix("."))
+        if address is not None:
+            return f"{match['head']}{address}{text[match.end() :]}"
+    return text
+
+
+# The host of an absolute or scheme-relative URL, as httpx splits it: after the
+# last "@" of the authority, up to a port, path, query or fragment.
+_AUTHORITY_HOST = re.compile(
+    r"(?P<head>(?:[A-Za-z][A-Za-z0-9+.-]*:)?//(?:[^/?#]*@)?)(?P<host>[^/?#:@\[\]]*)"
+)
+
+
 def non_public_reason(address: IPAddress) -> str | None:
     """Why ``address`` is not a public destination, or ``None`` when it is one."""
-    if isinstance(address, IPv6Address):
-        embedded = _embedded_ipv4(address)
-        if embedded is not None:
-            reason = non_public_reason(embedded)
-            return None if reason is None else f"{reason} (embedded IPv4 {embedded})"
-        if address.teredo is not None:
-            return "a Teredo tunnel address"
-        if address in _IPV4_COMPATIBLE and not (address.is_loopback or address.is_unspecified):
-            return "an IPv4-compatible address"
-        if address in _IPV4_TRANSLATED:
-            return "an IPv4-translated address"
-        if address in _NAT64_LOCAL:
-            return "a local-use NAT64 address"
-        if address.is_site_local:
-            return "a site-local address"
-    if address.is_unspecified:
-        return "an unspecified address"
-    if address.is_loopback:
-        return "a loopback address"
-    if address.is_link_local:
-        return "a link-local address"
-    if address.is_multicast:
-        return "a multicast address"
-    if isinstance(address, IPv4Address):
-        if address in _CGNAT:
-            return "a shared (CGNAT) address"
-        if address == _BROADCAST:
-            return "the broadcast address"
-    if address.is_private:
-        return "a private address"
-    if address.is_reserved:
-        return "a reserved address"
-    if not address.is_global:
-        return "a special-purpose address"
-    return None
+    carried = _carried_ipv4(address)
+    if carried is not None:
+        reason = non_public_reason(carried)
+        return None if reason is None else f"a spelling of {carried}, which is {reason}"
+    block = refused_block(address)
+    return None if block is None else block.describe()
 
 
-def _embedded_ipv4(address: IPv6Address) -> IPv4Address | None:
-    # Forms whose traffic really goes to the embedded IPv4 host.
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address in _NAT64:
+def _carried_ipv4(
+    address: IPAddress, forms: tuple[IPv6Network, ...] = (_IPV4_MAPPED, _NAT64)
+) -> IPv4Address | None:
+    # IPv4-mapped and NAT64 addresses connect to the IPv4 host they carry.
+    if isinstance(address, IPv6Address) and any(address in form for form in forms):
         return IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
@@ -189,7 +189,7 @@ class EgressPolicy:
     def refusal(self, address: IPAddress) -> str | None:
         """Why ``address`` is refused, or ``None`` when a connection may go there."""
         # An IPv4-mapped address reaches its IPv4 host, so that host's block opens it too.
-        mapped = address.ipv4_mapped if isinstance(address, IPv6Address) else None
+        mapped = _carried_ipv4(address, forms=(_IPV4_MAPPED,))
         candidates = [address] if mapped is None else [address, mapped]
         if any(ip in network for ip in candidates for network in self.allow_networks):
             return None

@@ -42,7 +42,9 @@ from ._egress import (
     EgressPolicy,
     PinnedTransport,
     Resolver,
+    parse_url,
     pinned,
+    plain_numeric_location,
     resolve_host,
 )
 from ._errors import FetchError, FetchTimeout, UnsafeOutboundUrl
@@ -194,7 +196,7 @@ def _prepare(
     auth: Secret | None,
 ) -> _Outgoing:
     try:
-        parsed = _checked(httpx.URL(url))
+        parsed = _checked(parse_url(url))
     except httpx.InvalidURL as exc:
         raise FetchError(f"invalid URL: {exc}") from None
     if json is not None and content is not None:
@@ -321,6 +323,7 @@ class Fetcher:
             # A jar that refuses every cookie: fetches share no state.
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
             headers={"user-agent": "trioplay"},
+            event_hooks={"response": [plain_numeric_location]},
         )
 
     async def __aenter__(self) -> Self:

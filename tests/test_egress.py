@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, ip_address
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,7 +25,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from trioplay import FetchError, FetchTimeouts, Limits, UnsafeOutboundUrl
-from trioplay._egress import PinnedTransport, inet_aton, parse_ip_host
+from trioplay._address_blocks import REFUSED_BLOCKS, Block
+from trioplay._egress import EgressPolicy, PinnedTransport, inet_aton, parse_ip_host
 from trioplay._fetch import REDACTED, Fetcher, Secret, request_identity
 
 PUBLIC_IP = "93.184.216.34"
@@ -252,15 +255,291 @@ def ipv6_spelling(draw: st.DrawFn) -> str:
 
 
 @given(host=st.one_of(ipv4_spelling(), ipv6_spelling()), port=st.sampled_from(["", ":8080"]))
+@example(host="0177.0.0.1", port="")
+@example(host="0251.0376.0251.0376", port=":8080")
 async def test_spellings_of_non_public_addresses_are_refused(host: str, port: str) -> None:
+    # Every inet_aton spelling is read as its address and refused as that address,
+    # dotted quads with leading zeros (which httpx alone rejects as invalid) included.
     transport, resolver = Recorder(), Resolver()
     async with fetcher(transport, resolver) as f:
-        with pytest.raises(FetchError) as caught:
+        with pytest.raises(UnsafeOutboundUrl):
             await f.fetch(f"http://{host}{port}/")
-    # httpx itself rejects some spellings (dotted quads with leading zeros).
-    assert isinstance(caught.value, UnsafeOutboundUrl) or "invalid URL" in str(caught.value)
     assert transport.requests == []
     assert resolver.lookups == []
+
+
+# -- special-purpose and cloud-platform addresses (issue 16) ----------------
+
+
+class NoConnection(httpx.AsyncBaseTransport):
+    """A transport that fails the test if the policy lets anything reach it."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        pytest.fail(f"the egress policy let {request.url} through")
+
+
+async def no_lookup(host: str, port: int) -> list[str]:
+    pytest.fail(f"a numeric host was sent to the resolver: {host!r}")
+
+
+def ipv4_spellings(address: IPv4Address) -> list[str]:
+    """URL hosts that all name ``address``: the forms a C resolver (and a browser) reads."""
+    number, octets = int(address), str(address).split(".")
+    return [
+        str(address),
+        str(number),
+        f"0x{number:08x}",
+        ".".join(f"0{int(octet):o}" for octet in octets),
+        f"0{number:o}",
+        f"{octets[0]}.{number & 0xFFFFFF}",
+        f"{address}.",
+        f"[::ffff:{address}]",
+        f"[::ffff:{number >> 16:x}:{number & 0xFFFF:x}]",
+        f"[64:ff9b::{address}]",
+    ]
+
+
+def ipv6_spellings(address: IPv6Address) -> list[str]:
+    """URL hosts that all name ``address``: compressed, exploded, upper case, dotted tail."""
+    groups = address.exploded.split(":")
+    dotted_tail = ":".join(groups[:6]) + ":" + str(IPv4Address(int(address) & 0xFFFFFFFF))
+    return [
+        f"[{text}]" for text in (str(address), address.exploded, str(address).upper(), dotted_tail)
+    ]
+
+
+def spellings(address: IPv4Address | IPv6Address) -> list[str]:
+    if isinstance(address, IPv4Address):
+        return ipv4_spellings(address)
+    return ipv6_spellings(address)
+
+
+async def assert_every_spelling_refused(addresses: list[IPv4Address | IPv6Address]) -> None:
+    """Fetch every spelling of every address; each must be refused before any I/O."""
+    async with Fetcher(
+        timeouts=FetchTimeouts(),
+        limits=Limits(),
+        allow_networks=[],
+        transport=NoConnection(),
+        resolve=no_lookup,
+    ) as f:
+        for address in addresses:
+            for host in spellings(address):
+                with pytest.raises(UnsafeOutboundUrl):
+                    await f.fetch(f"http://{host}/")
+
+
+def first_middle_last(block: Block) -> list[IPv4Address | IPv6Address]:
+    network = block.network
+    return [network.network_address, network[network.num_addresses // 2], network[-1]]
+
+
+@pytest.mark.parametrize("block", REFUSED_BLOCKS, ids=lambda block: str(block.network))
+async def test_every_block_of_the_table_is_refused_in_every_spelling(block: Block) -> None:
+    await assert_every_spelling_refused(first_middle_last(block))
+
+
+@pytest.mark.parametrize("block", REFUSED_BLOCKS, ids=lambda block: str(block.network))
+def test_every_refusal_names_its_block_and_why(block: Block) -> None:
+    for address in first_middle_last(block):
+        reason = EgressPolicy().refusal(address)
+        assert reason is not None
+        # The most specific block is named: the one itself, or a narrower one inside it.
+        named = next(other for other in REFUSED_BLOCKS if other.describe() in reason)
+        assert named.network.subnet_of(block.network)
+        assert named.why in reason
+
+
+@pytest.mark.parametrize("block", REFUSED_BLOCKS, ids=lambda block: str(block.network))
+async def test_allow_networks_opens_every_refused_block(block: Block) -> None:
+    policy = EgressPolicy.from_cidrs([str(block.network)])
+    addresses = first_middle_last(block)
+    for address in addresses:
+        assert policy.refusal(address) is None
+        if isinstance(address, IPv4Address):
+            assert policy.refusal(IPv6Address(f"::ffff:{address}")) is None
+    transport = Recorder()
+    async with fetcher(transport, Resolver({}), allow_networks=[str(block.network)]) as f:
+        for address in addresses:
+            host = address if isinstance(address, IPv4Address) else f"[{address}]"
+            assert (await f.fetch(f"http://{host}/")).ok
+    assert len(transport.requests) == len(addresses)
+
+
+def test_every_block_says_where_and_when_it_was_read() -> None:
+    networks = [block.network for block in REFUSED_BLOCKS]
+    assert len(set(networks)) == len(networks)
+    for block in REFUSED_BLOCKS:
+        assert block.name
+        assert block.why
+        assert block.ref
+        assert block.source.url.startswith("https://")
+        assert block.source.read.startswith("2026-")
+
+
+def test_the_docs_list_every_refused_block() -> None:
+    docs = (Path(__file__).parent.parent / "docs" / "fetch.md").read_text(encoding="utf-8")
+    missing = [str(block.network) for block in REFUSED_BLOCKS if f"`{block.network}`" not in docs]
+    assert missing == []
+
+
+def test_the_decision_uses_no_ipaddress_classification() -> None:
+    # ipaddress's is_private/is_global/... tables differ between Python versions.
+    import trioplay._address_blocks
+    import trioplay._egress
+
+    for module in (trioplay._egress, trioplay._address_blocks):
+        source = Path(module.__file__ or "").read_text(encoding="utf-8")
+        assert re.findall(r"\.(?:is_\w+|teredo|sixtofour|ipv4_mapped)\b", source) == []
+
+
+# The addresses issue 16 found let through, and what the refusal must name.
+ISSUE_16 = [
+    ("192.0.0.192", "Oracle Cloud"),
+    ("192.0.0.100", "IETF Protocol Assignments"),
+    ("192.0.0.255", "IETF Protocol Assignments"),
+    ("168.63.129.16", "Azure WireServer"),
+    ("100.100.100.200", "Alibaba Cloud"),
+    ("169.254.169.254", "metadata"),
+    ("192.52.193.1", "AMT"),
+    ("192.31.196.1", "AS112"),
+    ("192.175.48.1", "AS112"),
+    ("192.88.99.1", "6to4 Relay Anycast"),
+    ("2620:4f:8000::1", "AS112"),
+    ("3fff::1", "Documentation"),
+    ("3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff", "Documentation"),
+    ("fd00:ec2::254", "AWS"),
+    ("2002:808:808::1", "6to4"),
+    ("2001:1::1", "Port Control Protocol"),
+    ("5f00::1", "SRv6"),
+    ("100:0:0:1::1", "Dummy"),
+]
+
+
+@pytest.mark.parametrize(("address", "named"), ISSUE_16)
+def test_the_policy_alone_refuses_special_purpose_and_cloud_addresses(
+    address: str, named: str
+) -> None:
+    # Asked directly: a pure function of the address, nothing is resolved or connected.
+    reason = EgressPolicy().refusal(ip_address(address))
+    assert reason is not None, f"{address} is let through"
+    assert named in reason
+
+
+@pytest.mark.parametrize(("address", "named"), ISSUE_16)
+async def test_special_purpose_and_cloud_addresses_are_refused_in_every_spelling(
+    address: str, named: str
+) -> None:
+    await assert_every_spelling_refused([ip_address(address)])
+
+
+async def test_a_refusal_names_the_block_and_why() -> None:
+    error = await assert_refused("http://0300.0.0.0300/opc/v2/instance/")
+    assert "192.0.0.192/32" in str(error)
+    assert "Oracle Cloud" in str(error)
+    assert "metadata" in str(error)
+    error = await assert_refused("http://[::ffff:c01f:c401]/")
+    assert "192.31.196.0/24" in str(error)
+    assert "AS112" in str(error)
+
+
+PUBLIC = [
+    "1.1.1.1",
+    "8.8.8.8",
+    PUBLIC_IP,
+    "9.255.255.255",
+    "11.0.0.0",
+    "100.63.255.255",
+    "100.128.0.0",
+    "126.255.255.255",
+    "128.0.0.0",
+    "168.63.129.15",
+    "168.63.129.17",
+    "169.253.255.255",
+    "169.255.0.0",
+    "172.15.255.255",
+    "172.32.0.0",
+    "191.255.255.255",
+    "192.0.1.0",
+    "192.0.1.1",
+    "192.0.3.0",
+    "192.31.195.255",
+    "192.31.197.0",
+    "192.52.192.255",
+    "192.52.194.0",
+    "192.88.98.255",
+    "192.88.100.0",
+    "192.167.255.255",
+    "192.169.0.0",
+    "192.175.47.255",
+    "192.175.49.0",
+    "198.17.255.255",
+    "198.20.0.0",
+    "198.51.99.255",
+    "198.51.101.0",
+    "203.0.112.255",
+    "203.0.114.0",
+    "223.255.255.255",
+    "2000::1",
+    "2001:200::1",
+    "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff",
+    "2001:db9::1",
+    "2001:4860:4860::8888",
+    "2003::1",
+    "2606:4700:4700::1111",
+    "2620:4f:7fff:ffff:ffff:ffff:ffff:ffff",
+    "2620:4f:8001::",
+    "3ffe:ffff::1",
+    "3fff:1000::",
+    "3fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+    "::ffff:8.8.8.8",
+    "::ffff:192.0.1.1",
+    "64:ff9b::808:808",
+    "64:ff9b::192.52.192.255",
+]
+
+
+@pytest.mark.parametrize("address", PUBLIC)
+async def test_public_addresses_next_to_refused_blocks_are_allowed(address: str) -> None:
+    assert EgressPolicy().refusal(ip_address(address)) is None
+    parsed = ip_address(address)
+    hosts = spellings(parsed) if isinstance(parsed, IPv4Address) else [f"[{parsed}]"]
+    transport = Recorder()
+    async with fetcher(transport, Resolver({})) as f:
+        for host in hosts:
+            assert (await f.fetch(f"http://{host}/")).ok
+    assert len(transport.requests) == len(hosts)
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("0177.0.0.1", "127.0.0.1"),
+        ("0300.0250.01.01", "192.168.1.1"),
+        ("010.0.0.1", "8.0.0.1"),
+        ("0x7f.0.0.1.", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+    ],
+)
+async def test_an_inet_aton_host_is_read_as_the_address_it_names(host: str, address: str) -> None:
+    # Opened with allow_networks, the request goes to that address, spelled plainly.
+    transport = Recorder()
+    async with fetcher(transport, allow_networks=["127.0.0.0/8", "192.168.0.0/16"]) as f:
+        response = await f.fetch(f"http://{host}:8080/x")
+    assert response.ok
+    assert transport.requests[0].url.host == address
+    assert response.url == f"http://{address}:8080/x"
+
+
+async def test_a_redirect_to_an_octal_host_is_refused_as_its_address() -> None:
+    transport = Recorder(
+        lambda request: httpx.Response(302, headers={"location": "http://0177.0.0.1/"})
+    )
+    async with fetcher(transport) as f:
+        with pytest.raises(UnsafeOutboundUrl, match=r"127\.0\.0\.0/8"):
+            await f.fetch("https://api.example.test/start")
+    assert len(transport.requests) == 1
 
 
 # -- names, redirects and allow_networks -----------------------------------
@@ -446,7 +725,7 @@ async def test_a_secret_over_plain_http_is_refused_before_connecting(
     transport, resolver = Recorder(), Resolver()
     async with fetcher(transport, resolver) as f:
         with pytest.raises(FetchError, match="https") as caught:
-            await f.fetch("http://api.example.test/", **options)  # type: ignore[arg-type]
+            await f.fetch("http://api.example.test/", **options)
     assert TOKEN not in str(caught.value)
     assert API_KEY not in str(caught.value)
     assert transport.requests == []
