@@ -138,6 +138,3 @@ class MapResult:
     def forget_retained(self) -> None:
         """The sheet holds rows this attempt never saw: :meth:`rows` must read it."""
         self._retained.drop()
-
-    def wants_preview(self) -> bool:
-        return len(self.preview) < PREVIEW_ROWS

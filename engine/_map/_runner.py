@@ -35,7 +35,7 @@ from .._row_context import RowContext
 from .._sources import open_source
 from ._pages import Page, PageLeases
 from ._plan import Plan, RowPlanner
-from ._result import MapResult
+from ._result import PREVIEW_ROWS, MapResult
 from ._stall import MapStallObserver
 from ._writer import TerminalRow, TerminalRowWriter
 
@@ -328,7 +328,11 @@ class _MapRun:
             size = len(row.data_json) + len(key) + 64
             self.sizes.observe(size)
             # Keep the row itself only while someone may still want it in memory.
-            keep = data if row.status == "completed" and self.result.wants_preview() else None
+            keep = (
+                data
+                if row.status == "completed" and len(self.result.preview) < PREVIEW_ROWS
+                else None
+            )
             # The row now lives in row.data_json: a row waiting for admission
             # must not hold its parsed values as well.
             del data
