@@ -19,7 +19,7 @@ asks of every tool call and every row, each in its cheapest form:
 
 It writes the same tables as ``sqlite:///`` (the store's own schema), each
 batch as one multi-row statement (inserts as ``INSERT OR ROLLBACK``, which
-spares SQLite a statement journal, see ``_ManyRows`` in stores/sqlite.py),
+spares SQLite a statement journal, see ``_ManyRows`` in stores/_sqlite_sql.py),
 one writer task serving completions, rows and claims in that order, all
 that is queued in one transaction. What it cannot do without is a
 lower bound for trioplay on this machine: its ratio to the baseline is the
@@ -47,7 +47,8 @@ from trioplay._dispatch import tool_receipt_key
 from trioplay._json import canonical_json, dumps
 from trioplay._runtime import play_name
 from trioplay.stores import sqlite as store
-from trioplay.stores.sqlite import _MIGRATIONS
+from trioplay.stores._sqlite_sql import _COMPLETE, _MIGRATIONS
+from trioplay.stores._sqlite_worker import _connect
 
 from .workload import COLUMNS, enrich_play, expected_row, registry, source_rows
 
@@ -249,7 +250,7 @@ async def floor_store(n: int, path: Path) -> dict[str, Any]:
     fns = {spec.tool_id: spec.fn for spec in registry()}
     call = trioplay.ToolCall("floor", "", 1, _TIMEOUT)
     scope = play_name(enrich_play)
-    conn = store._connect(str(path))
+    conn = _connect(str(path))
     calls = 0
     try:
         store._migrate(conn, url=f"sqlite:///{path}")
@@ -277,7 +278,7 @@ async def floor_store(n: int, path: Path) -> dict[str, Any]:
                     results = [_run_tool(fns[tool_id], i, call) for i in inputs]
                     now = time.time()
                     done = store._fenced(
-                        store._COMPLETE,
+                        _COMPLETE,
                         [
                             (dumps(result), now, now, c.key, c.lease_id)
                             for result, c in zip(results, claimed, strict=True)

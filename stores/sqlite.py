@@ -2,24 +2,21 @@
 
 One dedicated thread owns the connection and runs jobs in order; Trio tasks
 hand it a job and sleep until the result is handed back through the Trio
-token, so a call costs two thread hops and never a new thread.
+token, so a call costs two thread hops and never a new thread (a short job
+runs inline instead when the thread is idle). The thread lives in
+:mod:`trioplay.stores._sqlite_worker`, the schema and the statements in
+:mod:`trioplay.stores._sqlite_sql`; this module holds the store and its
+jobs, each a function of the connection run in one transaction.
 """
 
 from __future__ import annotations
 
-import enum
-import itertools
 import os
-import queue
 import sqlite3
-import threading
-import time
 from contextlib import contextmanager
-from functools import cache, partial
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import attrs
-import outcome
 import trio
 
 from trioplay import (
@@ -38,7 +35,32 @@ from trioplay import (
     StoreError,
 )
 
+from ._columns import (
+    PAGE_COLUMNS,
+    RECEIPT_COLUMNS,
+    RUN_COLUMNS,
+    SHEET_COLUMNS,
+    page_values,
+    receipt_values,
+)
 from ._rules import PageRecord, decide_claims, decide_page, lease_ids
+from ._sqlite_sql import (
+    _COMPLETE,
+    _FAIL,
+    _FINISH_PAGE,
+    _HEARTBEAT,
+    _HEARTBEAT_PAGE,
+    _INSERT_FRESH,
+    _INSERT_NEW_ROWS,
+    _MIGRATIONS,
+    _RELEASE,
+    _RELEASE_PAGE,
+    _UPSERT_CLAIMED,
+    _UPSERT_ROWS,
+    SCHEMA_VERSION,
+    _rows_in,
+)
+from ._sqlite_worker import _Worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -47,211 +69,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
-
-# Bound variables per statement: SQLite's limit before 3.32 (32766 since). A
-# multi-row statement (see _ManyRows) of a hundred rows already spreads the
-# per-statement cost thin.
-_MAX_VARIABLES = 999
-# Keys per "IN (...)" list, leaving room for the statement's other parameters.
-_CHUNK = 500
-_BUSY_TIMEOUT = 5.0
 # Jobs at most this large run inline, on the Trio thread (a few ms at most);
 # larger payloads (sheet rows, results) are written on the worker thread.
 _INLINE_BYTES = 1 << 20
 _INLINE_KEYS = 4096
-_WAL_CHECKPOINT_PAGES = 10_000
-
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """CREATE TABLE runs (
-            run_id TEXT PRIMARY KEY,
-            play TEXT NOT NULL,
-            input_json TEXT NOT NULL,
-            status TEXT NOT NULL,
-            attempt INTEGER NOT NULL,
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL,
-            output_json TEXT,
-            error TEXT,
-            stats_json TEXT
-        )""",
-        "CREATE INDEX runs_by_update ON runs (updated_at)",
-        """CREATE TABLE receipts (
-            key TEXT PRIMARY KEY,
-            operation TEXT NOT NULL,
-            name TEXT NOT NULL,
-            status TEXT NOT NULL,
-            run_id TEXT,
-            lease_id TEXT,
-            lease_expires_at REAL,
-            owner TEXT,
-            attempts INTEGER NOT NULL,
-            result_json TEXT,
-            error_json TEXT,
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL,
-            completed_at REAL
-        )""",
-        # Only run_id: an index on status would be rewritten by every completion.
-        "CREATE INDEX receipts_by_run ON receipts (run_id)",
-        """CREATE TABLE sheet_rows (
-            run_id TEXT NOT NULL,
-            dataset TEXT NOT NULL,
-            key TEXT NOT NULL,
-            position INTEGER NOT NULL,
-            status TEXT NOT NULL,
-            data_json TEXT NOT NULL,
-            error TEXT,
-            attempt INTEGER NOT NULL,
-            PRIMARY KEY (run_id, dataset, key)
-        )""",
-        "CREATE INDEX sheet_rows_by_position ON sheet_rows (run_id, dataset, position)",
-        """CREATE TABLE pages (
-            run_id TEXT NOT NULL,
-            dataset TEXT NOT NULL,
-            page_offset INTEGER NOT NULL,
-            status TEXT NOT NULL,
-            lease_id TEXT,
-            lease_expires_at REAL,
-            owner TEXT,
-            attempt INTEGER NOT NULL,
-            failed INTEGER NOT NULL,
-            updated_at REAL NOT NULL,
-            PRIMARY KEY (run_id, dataset, page_offset)
-        )""",
-    ),
-)
-
-_RUN_COLUMNS = (
-    "run_id, play, input_json, status, attempt, created_at, updated_at,"
-    " output_json, error, stats_json"
-)
-_RECEIPT_COLUMNS = (
-    "key, operation, name, status, run_id, lease_id, lease_expires_at, owner, attempts,"
-    " result_json, error_json, created_at, updated_at, completed_at"
-)
-_SHEET_COLUMNS = "key, position, status, data_json, error, attempt"
-_PAGE_COLUMNS = "status, lease_id, lease_expires_at, owner, attempt, failed, updated_at"
-
-_UPSERT_CLAIMED = f"""
-    INSERT INTO receipts ({_RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (key) DO UPDATE SET
-        operation = excluded.operation, name = excluded.name, status = excluded.status,
-        run_id = excluded.run_id, lease_id = excluded.lease_id,
-        lease_expires_at = excluded.lease_expires_at, owner = excluded.owner,
-        attempts = excluded.attempts, result_json = excluded.result_json,
-        error_json = excluded.error_json, updated_at = excluded.updated_at,
-        completed_at = excluded.completed_at
-"""
-_FENCE = "WHERE key = ? AND lease_id = ? AND status = 'running'"
-_HEARTBEAT = f"UPDATE receipts SET lease_expires_at = ?, updated_at = ? {_FENCE}"
-_COMPLETE = f"""
-    UPDATE receipts SET status = 'completed', lease_expires_at = NULL, result_json = ?,
-        error_json = NULL, updated_at = ?, completed_at = ?
-    {_FENCE}
-"""
-_FAIL = f"""
-    UPDATE receipts SET status = 'failed', lease_expires_at = NULL, result_json = NULL,
-        error_json = ?, updated_at = ?, completed_at = ?
-    {_FENCE}
-"""
-_RELEASE = f"""
-    UPDATE receipts SET status = 'pending', lease_id = NULL, lease_expires_at = NULL,
-        owner = NULL, updated_at = ?
-    {_FENCE}
-"""
-_PAGE_FENCE = (
-    "WHERE run_id = ? AND dataset = ? AND page_offset = ? AND lease_id = ? AND status = 'running'"
-)
-_HEARTBEAT_PAGE = f"UPDATE pages SET lease_expires_at = ?, updated_at = ? {_PAGE_FENCE}"
-_FINISH_PAGE = f"""
-    UPDATE pages SET status = 'done', lease_expires_at = NULL, attempt = ?, failed = ?,
-        updated_at = ?
-    {_PAGE_FENCE}
-"""
-_RELEASE_PAGE = f"""
-    UPDATE pages SET status = 'pending', lease_id = NULL, lease_expires_at = NULL, owner = NULL,
-        updated_at = ?
-    {_PAGE_FENCE}
-"""
-
-
-@cache  # a few hundred at most: per statement, one per chunk size
-def _many_rows_sql(template: str, row: str, count: int) -> str:
-    """The text of a :class:`_ManyRows` statement over ``count`` rows, built once."""
-    return template.format(values="VALUES " + ", ".join([row] * count))
-
-
-@attrs.frozen
-class _ManyRows:
-    """One statement over many rows: ``template``'s ``{values}`` becomes ``VALUES row, row, ...``.
-
-    ``executemany`` of a one-row statement executes it once per row, each
-    execution paying SQLite's per-statement work (reset, bind, step, the
-    program's setup) and the Python around it; one statement per chunk of
-    rows pays it once.
-
-    The catch: a statement that writes many rows and may fail halfway needs a
-    statement journal, a copy of every page it changes, which spills to a
-    temporary file past 64 KiB. With scattered keys (a page per row) that
-    costs more than the statement saves: for 100 new receipts, a third more
-    CPU than ``executemany``. ``INSERT OR ROLLBACK`` needs none, since a
-    constraint error then rolls back the whole transaction, as the callers
-    here would anyway. An upsert's ``DO UPDATE`` or an open savepoint needs
-    one whatever the statement says.
-
-    Statements must begin with INSERT (not WITH), or ``rowcount`` is -1.
-    Completions stay one-row ``executemany``: an UPDATE ... FROM (VALUES ...)
-    of a whole batch saved under 8% of their instructions (SQLite
-    materialises the joined rows first), not worth its version check (3.33).
-    """
-
-    template: str
-    row: str  # one row's tuple of values, e.g. "(?, ?, 'running')"
-
-    def execute(self, conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> int:
-        """Run the statement over ``rows``, in chunks; the total rowcount."""
-        per_chunk = _MAX_VARIABLES // self.row.count("?")
-        changed = 0
-        for start in range(0, len(rows), per_chunk):
-            chunk = rows[start : start + per_chunk]
-            sql = _many_rows_sql(self.template, self.row, len(chunk))
-            changed += conn.execute(sql, list(itertools.chain.from_iterable(chunk))).rowcount
-        return changed
-
-
-# Claims a batch of keys that have no receipt yet, as decide_claims would (see _claim_fresh).
-_INSERT_FRESH = _ManyRows(
-    """
-    INSERT OR ROLLBACK INTO receipts (key, operation, name, run_id, lease_id, lease_expires_at,
-        owner, created_at, updated_at, status, attempts)
-    {values}
-    ON CONFLICT (key) DO NOTHING
-    """,
-    "(?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', 1)",
-)
-# A sheet batch: first the rows new to the sheet, which needs no statement journal, and
-# only if some key was there already (or repeats) the upsert of every row, in order.
-_INSERT_NEW_ROWS = _ManyRows(
-    """
-    INSERT OR ROLLBACK INTO sheet_rows (run_id, dataset, key, position, status, data_json,
-        error, attempt)
-    {values}
-    ON CONFLICT (run_id, dataset, key) DO NOTHING
-    """,
-    "(?, ?, ?, ?, ?, ?, ?, ?)",
-)
-_UPSERT_ROWS = _ManyRows(
-    """
-    INSERT INTO sheet_rows (run_id, dataset, key, position, status, data_json, error, attempt)
-    {values}
-    ON CONFLICT (run_id, dataset, key) DO UPDATE SET
-        position = excluded.position, status = excluded.status,
-        data_json = excluded.data_json, error = excluded.error, attempt = excluded.attempt
-    """,
-    "(?, ?, ?, ?, ?, ?, ?, ?)",
-)
 
 
 class SqliteStore:
@@ -498,184 +319,6 @@ class SqliteStore:
         return released
 
 
-# -- the worker thread -------------------------------------------------------
-
-
-class _State(enum.Enum):
-    QUEUED = enum.auto()
-    RUNNING = enum.auto()
-    DONE = enum.auto()
-    DROPPED = enum.auto()
-
-
-@attrs.define(eq=False)
-class _Job:
-    work: Callable[[sqlite3.Connection], Any]
-    task: trio.lowlevel.Task
-    token: trio.lowlevel.TrioToken
-    interruptible: bool
-    last: bool = False
-    state: _State = _State.QUEUED
-    interrupted: bool = False
-
-
-class _Worker:
-    """The thread that owns one connection and runs jobs on it, one at a time, in order.
-
-    Urgent jobs (lease renewals) go ahead of the queue: a renewal stuck
-    behind a backlog of batch writes would lose a lease its owner still holds.
-    ``_lock`` guards job states, so a job is either dropped before it starts
-    or runs to the end, and an interrupt only ever hits the job it was meant for.
-    """
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._jobs: queue.PriorityQueue[tuple[bool, int, _Job]] = queue.PriorityQueue()
-        self._submitted = itertools.count()
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._outstanding = 0  # jobs handed to the thread and not back (Trio thread only)
-        self._thread = threading.Thread(
-            target=self._serve, name=f"trioplay-sqlite {path}", daemon=True
-        )
-        self._thread.start()
-
-    async def run(
-        self,
-        work: Callable[[sqlite3.Connection], T],
-        *,
-        interruptible: bool = False,
-        urgent: bool = False,
-        last: bool = False,
-        inline: bool = False,
-    ) -> T:
-        """Run ``work(conn)``: on the thread, or here when ``inline`` and the thread is idle.
-
-        An inline job costs no thread round trip. It never waits for a lock
-        (the connection's busy timeout is 0): a job that finds the database
-        locked by another connection moves to the thread, which waits.
-        """
-        if inline and not self._outstanding and self._conn is not None:
-            # The thread is idle, so the connection is ours to use here.
-            try:
-                done = work(self._conn)
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
-                    raise
-                # Another connection holds the lock: wait for it on the thread.
-            else:
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                return done
-        task = trio.lowlevel.current_task()
-        job = _Job(work, task, trio.lowlevel.current_trio_token(), interruptible, last)
-        self._jobs.put((not urgent, next(self._submitted), job))
-        self._outstanding += 1
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            with self._lock:
-                if job.state is _State.QUEUED:
-                    job.state = _State.DROPPED
-                    return trio.lowlevel.Abort.SUCCEEDED
-                if job.state is _State.RUNNING and job.interruptible and self._conn is not None:
-                    job.interrupted = True
-                    self._conn.interrupt()
-            return trio.lowlevel.Abort.FAILED
-
-        try:
-            result: T = await trio.lowlevel.wait_task_rescheduled(abort)
-        except sqlite3.OperationalError:
-            if job.interrupted:
-                # Raise the cancellation that interrupted the read, not its error.
-                await trio.lowlevel.checkpoint()
-            raise
-        finally:
-            self._outstanding -= 1
-        return result
-
-    async def stop(self) -> None:
-        await self.run(sqlite3.Connection.close, last=True)
-        # The thread returns right after handing back the last job's result.
-        self._thread.join()
-
-    def _serve(self) -> None:
-        while True:
-            _, _, job = self._jobs.get()
-            with self._lock:
-                if job.state is _State.DROPPED:
-                    continue
-                job.state = _State.RUNNING
-            result = outcome.capture(self._execute, job)
-            with self._lock:
-                job.state = _State.DONE
-            try:
-                job.token.run_sync_soon(trio.lowlevel.reschedule, job.task, result)
-            except trio.RunFinishedError:
-                pass
-            if job.last:
-                return
-
-    def _execute(self, job: _Job) -> Any:
-        if self._conn is None:
-            if job.last:
-                return None
-            self._conn = _connect(self._path)
-        # The connection's own busy timeout is 0 (inline jobs must not block
-        # the event loop), so the thread waits for other connections' locks here.
-        deadline = time.monotonic() + _BUSY_TIMEOUT
-        pause = 0.001
-        while True:
-            try:
-                return job.work(self._conn)
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or job.interrupted or time.monotonic() >= deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    """The database is locked by another connection (SQLITE_BUSY or SQLITE_LOCKED)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is None:
-        return "locked" in str(exc)
-    return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    if path != ":memory:":
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    conn = sqlite3.connect(
-        path, timeout=0, isolation_level=None, cached_statements=512, check_same_thread=False
-    )
-    try:
-        _enable_wal(conn)
-        conn.execute("PRAGMA synchronous = NORMAL")
-        # Content-addressed keys land on random index pages, so each batch
-        # dirties many pages; checkpointing (and syncing) every 10k WAL pages
-        # rather than SQLite's 1k writes each hot page back once, not ten times.
-        conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_CHECKPOINT_PAGES}")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _enable_wal(conn: sqlite3.Connection) -> None:
-    # Switching a file to WAL needs an exclusive lock. When waiting for it
-    # could deadlock, SQLite answers "database is locked" at once, without its
-    # busy handler; seen with two processes opening one new file together
-    # (benchmarks/scaling.py). Retry within the busy timeout.
-    deadline = time.monotonic() + _BUSY_TIMEOUT
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.02)
-
-
 @contextmanager
 def _transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
     conn.execute(begin)
@@ -704,18 +347,6 @@ def _migrate(conn: sqlite3.Connection, *, url: str) -> None:
         if version < SCHEMA_VERSION:
             conn.execute("DELETE FROM schema_version")
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-
-
-def _rows_in(
-    conn: sqlite3.Connection, select: str, params: tuple[Any, ...], keys: Sequence[str]
-) -> list[Any]:
-    # `select` ends in "IN "; one statement per chunk of keys.
-    rows: list[Any] = []
-    for start in range(0, len(keys), _CHUNK):
-        chunk = keys[start : start + _CHUNK]
-        marks = ",".join("?" * len(chunk))
-        rows += conn.execute(f"{select}({marks})", (*params, *chunk)).fetchall()
-    return rows
 
 
 # -- jobs: each runs on the worker thread, in one transaction ------------------
@@ -756,20 +387,20 @@ def _finish_attempt(params: tuple[Any, ...], conn: sqlite3.Connection) -> bool:
 
 
 def _get_run(run_id: str, conn: sqlite3.Connection) -> RunRecord | None:
-    row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    row = conn.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
     return RunRecord(*row) if row is not None else None
 
 
 def _list_runs(limit: int, conn: sqlite3.Connection) -> list[RunRecord]:
     rows = conn.execute(
-        f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY updated_at DESC, rowid DESC LIMIT ?",
+        f"SELECT {RUN_COLUMNS} FROM runs ORDER BY updated_at DESC, rowid DESC LIMIT ?",
         (limit,),
     ).fetchall()
     return [RunRecord(*row) for row in rows]
 
 
 def _select_receipts(keys: Sequence[str], conn: sqlite3.Connection) -> dict[str, Receipt]:
-    select = f"SELECT {_RECEIPT_COLUMNS} FROM receipts WHERE key IN "
+    select = f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE key IN "
     rows = _rows_in(conn, select, (), list(dict.fromkeys(keys)))
     return {row[0]: Receipt(*row) for row in rows}
 
@@ -819,28 +450,7 @@ def _claim_many(
         outcomes, claimed = decide_claims(
             requests, stored, owner=owner, lease_ttl=lease_ttl, now=now
         )
-        conn.executemany(
-            _UPSERT_CLAIMED,
-            [
-                (
-                    r.key,
-                    r.operation,
-                    r.name,
-                    r.status,
-                    r.run_id,
-                    r.lease_id,
-                    r.lease_expires_at,
-                    r.owner,
-                    r.attempts,
-                    r.result_json,
-                    r.error_json,
-                    r.created_at,
-                    r.updated_at,
-                    r.completed_at,
-                )
-                for r in claimed
-            ],
-        )
+        conn.executemany(_UPSERT_CLAIMED, [receipt_values(r) for r in claimed])
     return outcomes, not stored
 
 
@@ -942,7 +552,7 @@ def _read_rows(
         where += " AND status = ?"
         params += (status,)
     rows = conn.execute(
-        f"SELECT {_SHEET_COLUMNS} FROM sheet_rows WHERE {where} ORDER BY position LIMIT ?",
+        f"SELECT {SHEET_COLUMNS} FROM sheet_rows WHERE {where} ORDER BY position LIMIT ?",
         (*params, limit),
     ).fetchall()
     return [SheetRow(*row) for row in rows]
@@ -977,25 +587,16 @@ def _claim_page(
     where = (run_id, dataset, offset)
     with _transaction(conn):
         row = conn.execute(
-            f"SELECT {_PAGE_COLUMNS} FROM pages"
+            f"SELECT {PAGE_COLUMNS} FROM pages"
             " WHERE run_id = ? AND dataset = ? AND page_offset = ?",
             where,
         ).fetchone()
         answer, claimed = decide(PageRecord(*row) if row is not None else None)
         if claimed is not None:
             conn.execute(
-                f"INSERT OR REPLACE INTO pages (run_id, dataset, page_offset, {_PAGE_COLUMNS})"
+                f"INSERT OR REPLACE INTO pages (run_id, dataset, page_offset, {PAGE_COLUMNS})"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    *where,
-                    claimed.status,
-                    claimed.lease_id,
-                    claimed.lease_expires_at,
-                    claimed.owner,
-                    claimed.attempt,
-                    claimed.failed,
-                    claimed.updated_at,
-                ),
+                (*where, *page_values(claimed)),
             )
     return answer
 

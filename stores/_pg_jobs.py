@@ -1,0 +1,381 @@
+"""The PostgreSQL store's jobs: functions of a connection, run on a worker thread.
+
+The batch writes, claims and the schema migration; when to refresh the
+planner's statistics (:class:`_Growth`); and the mapping between records
+and rows (payloads travel as ``bytea``). The store's one-statement reads are
+small closures in :mod:`trioplay.stores.postgres`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from itertools import count
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import psycopg.errors
+
+from trioplay import Receipt, RunRecord, StoreError
+
+from ._columns import page_values
+from ._pg_sql import SCHEMA_VERSION
+from ._rules import PageRecord, decide_claims
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    from trioplay import (
+        ClaimOutcome,
+        ClaimRequest,
+        Completion,
+        Failure,
+        Lease,
+        PageClaim,
+        PageLease,
+        SheetRow,
+    )
+
+    from ._pg_bridge import _Conn
+    from ._pg_sql import _Sql
+
+# A claim that loses a race for a new key (another process inserted it after
+# our snapshot), or a deadlock between two batches, is retried whole.
+_RACE_ATTEMPTS = 5
+# See _Growth: a table this store fills is analyzed once it has grown by this
+# many rows, then each time it has doubled.
+_ANALYZE_MIN_ROWS = 1000
+
+
+class _Contended(Exception):
+    """A claim kept losing races for new keys to concurrent claimers."""
+
+
+# -- planner statistics -----------------------------------------------------------
+
+_GROWING = ("receipts", "sheet_rows")
+
+
+class _Growth:
+    """When to refresh the planner's statistics of the tables a run fills.
+
+    Every lookup here is by key, and with statistics PostgreSQL answers it
+    from the primary key. Without them (a new table, or one that grew fast)
+    it picks sequential scans, and each batch then reads the whole table:
+    a run slows down quadratically. Autovacuum analyzes at most once per
+    ``autovacuum_naptime`` (a minute by default), while a run can insert
+    tens of thousands of receipts in that time. So the store analyzes a
+    table itself once its own inserts have grown it by ``_ANALYZE_MIN_ROWS``
+    rows, then each time they have doubled it: a few analyses per run, each a
+    sampled read of the table.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[str, float] = {}
+        self._added: dict[str, int] = {}
+
+    def baseline(self, table: str, rows: float) -> None:
+        with self._lock:
+            self._rows[table] = rows
+            self._added[table] = 0
+
+    def grown(self, table: str, added: int) -> bool:
+        """Count ``added`` rows; True if ``table`` should be analyzed now."""
+        with self._lock:
+            total = self._added.get(table, 0) + added
+            if total < max(_ANALYZE_MIN_ROWS, self._rows.get(table, 0.0)):
+                self._added[table] = total
+                return False
+            self._rows[table] = self._rows.get(table, 0.0) + total
+            self._added[table] = 0
+            return True
+
+
+def _analyze_if_grown(sql: _Sql, growth: _Growth, table: str, added: int, conn: _Conn) -> None:
+    # After the commit: the write is done whatever happens to this.
+    if added > 0 and growth.grown(table, added):
+        try:
+            conn.execute(f"ANALYZE {sql.s}.{table}")
+        except psycopg.Error:
+            pass  # statistics are an optimisation; a broken connection is replaced
+
+
+# -- jobs: each runs on a worker thread, in one transaction ---------------------
+
+
+def _migrate(sql: _Sql, growth: _Growth, url: str, conn: _Conn) -> None:
+    _migrate_schema(sql, url, conn)
+    rows = conn.execute(
+        "SELECT c.relname, c.reltuples FROM pg_catalog.pg_class c"
+        " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = ANY(%b::text[])",
+        (sql.schema, list(_GROWING)),
+    ).fetchall()
+    for table, tuples in rows:
+        growth.baseline(table, max(0.0, tuples))
+
+
+def _migrate_schema(sql: _Sql, url: str, conn: _Conn) -> None:
+    version = _schema_version(sql, conn)
+    if version == SCHEMA_VERSION:
+        return  # the common case needs no lock and no privilege to create
+    lock = int.from_bytes(
+        hashlib.blake2b(f"trioplay-migrate:{sql.schema}".encode(), digest_size=8).digest(),
+        "big",
+        signed=True,
+    )
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+        version = _schema_version(sql, conn)
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{url}: open: the database has schema version {version}, newer than"
+                f" {SCHEMA_VERSION} which this trioplay understands; upgrade trioplay"
+            )
+        if version == SCHEMA_VERSION:
+            return  # another process migrated while we waited for the lock
+        if version == 0:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (sql.schema,)
+            ).fetchone()
+            if exists is None:
+                conn.execute(f"CREATE SCHEMA {sql.s}")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {sql.s}.schema_version (version integer NOT NULL)"
+            )
+        for statements in sql.migrations[version:]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute(f"DELETE FROM {sql.s}.schema_version")
+        conn.execute(f"INSERT INTO {sql.s}.schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
+
+
+def _schema_version(sql: _Sql, conn: _Conn) -> int:
+    # A query on the catalog, not to_regclass(): after waiting on the advisory
+    # lock, the statement's fresh snapshot sees a schema another process just
+    # committed, where the catalog cache may not have caught up yet.
+    found = conn.execute(
+        "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename = 'schema_version'",
+        (sql.schema,),
+    ).fetchone()
+    if found is None:
+        return 0
+    got = conn.execute(f"SELECT max(version) FROM {sql.s}.schema_version").fetchone()
+    return int(got[0]) if got is not None and got[0] is not None else 0
+
+
+def _claim_many(
+    sql: _Sql,
+    growth: _Growth,
+    requests: list[ClaimRequest],
+    owner: str,
+    lease_ttl: float,
+    now: float,
+    conn: _Conn,
+) -> list[ClaimOutcome]:
+    keys = sorted({request.key for request in requests})
+    for attempt in count(1):
+        # A plain read first: a batch that claims nothing (replays, keys held
+        # by others) takes no lock and writes nothing.
+        rows = conn.execute(sql.get_receipts, (keys,), binary=True).fetchall()
+        stored = {row[0]: _receipt(row) for row in rows}
+        outcomes, claimed = decide_claims(
+            requests, stored, owner=owner, lease_ttl=lease_ttl, now=now
+        )
+        if not claimed:
+            return outcomes
+        existing = sorted(receipt.key for receipt in claimed if receipt.key in stored)
+        try:
+            # Pipelined: BEGIN travels with the locking read, the write with COMMIT.
+            with conn.pipeline(), conn.transaction():
+                if existing:
+                    # Lock the receipts to take over and decide again on what they
+                    # are now. The other keys keep the answer of the plain read.
+                    locked = conn.execute(sql.lock_receipts, (existing,), binary=True).fetchall()
+                    stored.update((row[0], _receipt(row)) for row in locked)
+                    outcomes, claimed = decide_claims(
+                        requests, stored, owner=owner, lease_ttl=lease_ttl, now=now
+                    )
+                if claimed:
+                    columns = [
+                        list(column) for column in zip(*map(_receipt_row, claimed), strict=True)
+                    ]
+                    written = conn.execute(sql.upsert_claimed, (*columns, existing)).fetchall()
+                    if len(written) != len(claimed):
+                        raise _Contended(
+                            f"gave up after {attempt} attempts: new keys kept being claimed"
+                            " by concurrent transactions"
+                        )
+        except (_Contended, psycopg.errors.DeadlockDetected):
+            if attempt == _RACE_ATTEMPTS:
+                raise
+            continue
+        _analyze_if_grown(sql, growth, "receipts", len(claimed) - len(existing), conn)
+        return outcomes
+    raise AssertionError("unreachable")
+
+
+def _fenced(
+    sql: str,
+    shared: tuple[Any, ...],
+    leases: Sequence[tuple[Any, ...]],
+    payloads: Sequence[str] | None,
+    renews: bool,
+    conn: _Conn,
+) -> list[bool]:
+    """One fenced UPDATE for a batch of leases; True per item whose lease matched.
+
+    The answers are those of applying the items in order: an item repeating
+    an earlier lease gets the earlier one's answer when the write ``renews``
+    the lease (a heartbeat), and ``False`` otherwise (the first write settled
+    or released the receipt). Only one lease per key can match, so the
+    statement never touches a row twice.
+    """
+    if not leases:
+        return []
+    first: dict[tuple[Any, ...], int] = {}
+    payload_of: dict[tuple[Any, ...], bytes | None] = {}
+    for index, lease in enumerate(leases):
+        if lease not in first:
+            first[lease] = len(first)
+            if payloads is not None:
+                payload_of[lease] = _b(payloads[index])
+    columns: list[list[Any]] = [list(column) for column in zip(*first, strict=True)]
+    if payloads is not None:
+        columns.append(list(payload_of.values()))
+    for attempt in count(1):
+        try:
+            rows = conn.execute(sql, (*shared, *columns)).fetchall()
+            break
+        except psycopg.errors.DeadlockDetected:
+            if attempt == _RACE_ATTEMPTS:
+                raise
+    matched = {ordinal - 1 for (ordinal,) in rows}
+    seen: set[tuple[Any, ...]] = set()
+    answers: list[bool] = []
+    for lease in leases:
+        answers.append(first[lease] in matched and (renews or lease not in seen))
+        seen.add(lease)
+    return answers
+
+
+def _write_rows(
+    sql: _Sql, growth: _Growth, run_id: str, dataset: str, rows: list[SheetRow], conn: _Conn
+) -> None:
+    # A key repeated in one batch keeps its last row (and an upsert may not
+    # touch one row twice).
+    latest = {row.key: row for row in rows}
+    with conn.transaction(), conn.cursor() as cursor:
+        with cursor.copy(sql.copy_rows) as copy:
+            copy.set_types(["text", "int8", "text", "bytea", "bytea", "int4"])
+            for row in latest.values():
+                copy.write_row(
+                    (
+                        row.key,
+                        row.position,
+                        row.status,
+                        row.data_json.encode(),
+                        _b(row.error),
+                        row.attempt,
+                    )
+                )
+        cursor.execute(sql.upsert_rows, (run_id, dataset))
+    _analyze_if_grown(sql, growth, "sheet_rows", len(latest), conn)
+
+
+def _claim_page(
+    sql: _Sql,
+    where: tuple[str, str, int],
+    now: float,
+    decide: Callable[[PageRecord | None], tuple[PageClaim, PageRecord | None]],
+    conn: _Conn,
+) -> PageClaim:
+    with conn.transaction():
+        # A page never seen gets a pending row first, so that the row exists
+        # to be locked; a pending page is claimed exactly like an absent one.
+        conn.execute(sql.new_page, (*where, now))
+        row = conn.execute(sql.lock_page, where).fetchone()
+        assert row is not None
+        answer, claimed = decide(PageRecord(*row))
+        if claimed is not None:
+            conn.execute(
+                sql.claim_page,
+                (*page_values(claimed), *where),
+            )
+    return answer
+
+
+# -- conversions -----------------------------------------------------------------
+
+
+def _b(text: str | None) -> bytes | None:
+    return text.encode() if text is not None else None
+
+
+def _s(data: bytes | None) -> str | None:
+    return bytes(data).decode() if data is not None else None
+
+
+def _run(row: Sequence[Any]) -> RunRecord:
+    run_id, play, input_json, status, attempt, created_at, updated_at, output, error, stats = row
+    return RunRecord(
+        run_id,
+        play,
+        bytes(input_json).decode(),
+        status,
+        attempt,
+        created_at,
+        updated_at,
+        _s(output),
+        _s(error),
+        _s(stats),
+    )
+
+
+def _receipt(row: Sequence[Any]) -> Receipt:
+    (key, operation, name, status, run_id, lease_id, lease_expires_at, owner, attempts) = row[:9]
+    result_json, error_json, created_at, updated_at, completed_at = row[9:]
+    return Receipt(
+        key,
+        operation,
+        name,
+        status,
+        run_id,
+        lease_id,
+        lease_expires_at,
+        owner,
+        attempts,
+        _s(result_json),
+        _s(error_json),
+        created_at,
+        updated_at,
+        completed_at,
+    )
+
+
+def _receipt_row(r: Receipt) -> tuple[Any, ...]:
+    return (
+        r.key,
+        r.operation,
+        r.name,
+        r.status,
+        r.run_id,
+        r.lease_id,
+        r.lease_expires_at,
+        r.owner,
+        r.attempts,
+        _b(r.result_json),
+        _b(r.error_json),
+        r.created_at,
+        r.updated_at,
+        r.completed_at,
+    )
+
+
+def _leases(items: Iterable[Lease | Completion | Failure]) -> list[tuple[str, str]]:
+    return [(item.key, item.lease_id) for item in items]
+
+
+def _page_leases(leases: Iterable[PageLease]) -> list[tuple[str, str, int, str]]:
+    return [(lease.run_id, lease.dataset, lease.offset, lease.lease_id) for lease in leases]

@@ -1,0 +1,225 @@
+"""The PostgreSQL store's schema and statements, each written once per schema name.
+
+:class:`_Sql` builds every statement for one schema at construction; the
+jobs that run them live in :mod:`trioplay.stores._pg_jobs`.
+"""
+
+from __future__ import annotations
+
+from ._columns import PAGE_COLUMNS, RECEIPT_COLUMNS, RECEIPT_FIELDS, RUN_COLUMNS, SHEET_COLUMNS
+
+SCHEMA_VERSION = 1
+
+# Each migration is a list of statements; "{s}" is the quoted schema name.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE {s}.runs (
+            run_id text COLLATE "C" PRIMARY KEY,
+            seq bigint GENERATED ALWAYS AS IDENTITY,
+            play text NOT NULL,
+            input_json bytea NOT NULL,
+            status text NOT NULL,
+            attempt integer NOT NULL,
+            created_at double precision NOT NULL,
+            updated_at double precision NOT NULL,
+            output_json bytea,
+            error bytea,
+            stats_json bytea
+        )""",
+        "CREATE INDEX runs_by_update ON {s}.runs (updated_at DESC, seq DESC)",
+        """CREATE TABLE {s}.receipts (
+            key text COLLATE "C" PRIMARY KEY,
+            operation text NOT NULL,
+            name text NOT NULL,
+            status text NOT NULL,
+            run_id text COLLATE "C",
+            lease_id text,
+            lease_expires_at double precision,
+            owner text,
+            attempts integer NOT NULL,
+            result_json bytea,
+            error_json bytea,
+            created_at double precision NOT NULL,
+            updated_at double precision NOT NULL,
+            completed_at double precision
+        )""",
+        # Only run_id: an index on status would be rewritten by every completion.
+        "CREATE INDEX receipts_by_run ON {s}.receipts (run_id)",
+        """CREATE TABLE {s}.sheet_rows (
+            run_id text COLLATE "C" NOT NULL,
+            dataset text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            position bigint NOT NULL,
+            status text NOT NULL,
+            data_json bytea NOT NULL,
+            error bytea,
+            attempt integer NOT NULL,
+            PRIMARY KEY (run_id, dataset, key)
+        )""",
+        "CREATE INDEX sheet_rows_by_position ON {s}.sheet_rows (run_id, dataset, position)",
+        """CREATE TABLE {s}.pages (
+            run_id text COLLATE "C" NOT NULL,
+            dataset text COLLATE "C" NOT NULL,
+            page_offset bigint NOT NULL,
+            status text NOT NULL,
+            lease_id text,
+            lease_expires_at double precision,
+            owner text,
+            attempt integer NOT NULL,
+            failed integer NOT NULL,
+            updated_at double precision NOT NULL,
+            PRIMARY KEY (run_id, dataset, page_offset)
+        )""",
+    ),
+)
+
+_RECEIPT_TYPES = (
+    "text, text, text, text, text, text, float8, text, int4, bytea, bytea, float8, float8, float8"
+)
+# Rows of a sheet batch are copied into this per-connection table, then upserted.
+_INCOMING = "trioplay_incoming_rows"
+_CREATE_INCOMING = (
+    f'CREATE TEMP TABLE {_INCOMING} (key text COLLATE "C", position bigint,'
+    " status text, data_json bytea, error bytea, attempt integer)"
+    " ON COMMIT DELETE ROWS"
+)
+
+
+def _arrays(types: str) -> str:
+    return ", ".join(f"%b::{t.strip()}[]" for t in types.split(","))
+
+
+class _Sql:
+    """Every statement of the store, written once for one schema."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        s = self.s = '"' + schema + '"'
+        self.migrations = [[stmt.format(s=s) for stmt in batch] for batch in _MIGRATIONS]
+
+        self.begin_attempt = f"""
+            INSERT INTO {s}.runs AS r
+                (run_id, play, input_json, status, attempt, created_at, updated_at)
+            VALUES (%s, %s, %s, 'running', 1, %s, %s)
+            ON CONFLICT (run_id) DO UPDATE SET
+                play = excluded.play, input_json = excluded.input_json, status = 'running',
+                attempt = r.attempt + 1, updated_at = excluded.updated_at,
+                output_json = NULL, error = NULL, stats_json = NULL
+            RETURNING {RUN_COLUMNS}
+        """
+        self.finish_attempt = f"""
+            UPDATE {s}.runs SET status = %s, updated_at = %s, output_json = %s, error = %s,
+                stats_json = %s
+            WHERE run_id = %s
+        """
+        self.get_run = f"SELECT {RUN_COLUMNS} FROM {s}.runs WHERE run_id = %s"
+        self.list_runs = (
+            f"SELECT {RUN_COLUMNS} FROM {s}.runs ORDER BY updated_at DESC, seq DESC LIMIT %s"
+        )
+
+        self.get_receipts = (
+            f"SELECT {RECEIPT_COLUMNS} FROM {s}.receipts WHERE key = ANY(%b::text[])"
+        )
+        # In key order, so that two claimers lock overlapping keys in one order.
+        self.lock_receipts = self.get_receipts + " ORDER BY key FOR UPDATE"
+        # Keys we locked are updated; a key we saw absent but that another
+        # transaction inserted since is left alone and not returned: the claim
+        # is then retried on a fresh snapshot.
+        updates = ", ".join(f"{c} = excluded.{c}" for c in RECEIPT_FIELDS[1:])
+        self.upsert_claimed = f"""
+            INSERT INTO {s}.receipts AS r ({RECEIPT_COLUMNS})
+            SELECT * FROM unnest({_arrays(_RECEIPT_TYPES)})
+            ON CONFLICT (key) DO UPDATE SET {updates}
+            WHERE r.key = ANY(%b::text[])
+            RETURNING r.key
+        """
+        fenced = f"""
+            UPDATE {s}.receipts AS r SET {{}}
+            FROM unnest(%b::text[], %b::text[]{{}}) WITH ORDINALITY AS u(key, lease_id{{}}, i)
+            WHERE r.key = u.key AND r.lease_id = u.lease_id AND r.status = 'running'
+            RETURNING u.i
+        """
+        self.heartbeat = fenced.format("lease_expires_at = %s, updated_at = %s", "", "")
+        self.complete = fenced.format(
+            "status = 'completed', lease_expires_at = NULL, result_json = u.payload,"
+            " error_json = NULL, updated_at = %s, completed_at = %s",
+            ", %b::bytea[]",
+            ", payload",
+        )
+        self.fail = fenced.format(
+            "status = 'failed', lease_expires_at = NULL, result_json = NULL,"
+            " error_json = u.payload, updated_at = %s, completed_at = %s",
+            ", %b::bytea[]",
+            ", payload",
+        )
+        self.release = fenced.format(
+            "status = 'pending', lease_id = NULL, lease_expires_at = NULL, owner = NULL,"
+            " updated_at = %s",
+            "",
+            "",
+        )
+        self.count_receipts = (
+            f"SELECT status, count(*) FROM {s}.receipts WHERE run_id = %s GROUP BY status"
+        )
+
+        self.copy_rows = f"COPY {_INCOMING} ({SHEET_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+        self.upsert_rows = f"""
+            INSERT INTO {s}.sheet_rows
+                (run_id, dataset, key, position, status, data_json, error, attempt)
+            SELECT %s, %s, key, position, status, data_json, error, attempt FROM {_INCOMING}
+            ON CONFLICT (run_id, dataset, key) DO UPDATE SET
+                position = excluded.position, status = excluded.status,
+                data_json = excluded.data_json, error = excluded.error,
+                attempt = excluded.attempt
+        """
+        self.sheet_status = f"""
+            SELECT key, status, attempt FROM {s}.sheet_rows
+            WHERE run_id = %s AND dataset = %s AND key = ANY(%b::text[])
+        """
+        read_rows = f"""
+            SELECT {SHEET_COLUMNS} FROM {s}.sheet_rows
+            WHERE run_id = %s AND dataset = %s AND position > %s{{}}
+            ORDER BY position LIMIT %s
+        """
+        self.read_rows = read_rows.format("")
+        self.read_rows_by_status = read_rows.format(" AND status = %s")
+        self.count_rows = (
+            f"SELECT status, count(*) FROM {s}.sheet_rows"
+            " WHERE run_id = %s AND dataset = %s GROUP BY status"
+        )
+        self.list_datasets = (
+            f"SELECT DISTINCT dataset FROM {s}.sheet_rows WHERE run_id = %s ORDER BY dataset"
+        )
+
+        self.new_page = f"""
+            INSERT INTO {s}.pages
+                (run_id, dataset, page_offset, status, attempt, failed, updated_at)
+            VALUES (%s, %s, %s, 'pending', 0, 0, %s)
+            ON CONFLICT DO NOTHING
+        """
+        self.lock_page = f"""
+            SELECT {PAGE_COLUMNS} FROM {s}.pages
+            WHERE run_id = %s AND dataset = %s AND page_offset = %s FOR UPDATE
+        """
+        self.claim_page = f"""
+            UPDATE {s}.pages SET status = %s, lease_id = %s, lease_expires_at = %s,
+                owner = %s, attempt = %s, failed = %s, updated_at = %s
+            WHERE run_id = %s AND dataset = %s AND page_offset = %s
+        """
+        page_fenced = f"""
+            UPDATE {s}.pages AS p SET {{}}
+            FROM unnest(%b::text[], %b::text[], %b::int8[], %b::text[])
+                WITH ORDINALITY AS u(run_id, dataset, page_offset, lease_id, i)
+            WHERE p.run_id = u.run_id AND p.dataset = u.dataset
+                AND p.page_offset = u.page_offset AND p.lease_id = u.lease_id
+                AND p.status = 'running'
+            RETURNING u.i
+        """
+        self.heartbeat_pages = page_fenced.format("lease_expires_at = %s, updated_at = %s")
+        self.finish_page = page_fenced.format(
+            "status = 'done', lease_expires_at = NULL, attempt = %s, failed = %s, updated_at = %s"
+        )
+        self.release_page = page_fenced.format(
+            "status = 'pending', lease_id = NULL, lease_expires_at = NULL, owner = NULL,"
+            " updated_at = %s"
+        )

@@ -1,0 +1,206 @@
+"""The SQLite store's thread: one connection, its jobs run in order, some inline.
+
+One dedicated thread owns the connection and runs jobs in order; Trio tasks
+hand it a job and sleep until the result is handed back through the Trio
+token, so a call costs two thread hops and never a new thread. A short job
+runs inline instead, on the Trio thread, when the thread is idle (see
+:meth:`_Worker.run`).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import os
+import queue
+import sqlite3
+import threading
+import time
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+import outcome
+import trio
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+T = TypeVar("T")
+
+_BUSY_TIMEOUT = 5.0
+_WAL_CHECKPOINT_PAGES = 10_000
+
+
+class _State(enum.Enum):
+    QUEUED = enum.auto()
+    RUNNING = enum.auto()
+    DONE = enum.auto()
+    DROPPED = enum.auto()
+
+
+@attrs.define(eq=False)
+class _Job:
+    work: Callable[[sqlite3.Connection], Any]
+    task: trio.lowlevel.Task
+    token: trio.lowlevel.TrioToken
+    interruptible: bool
+    last: bool = False
+    state: _State = _State.QUEUED
+    interrupted: bool = False
+
+
+class _Worker:
+    """The thread that owns one connection and runs jobs on it, one at a time, in order.
+
+    Urgent jobs (lease renewals) go ahead of the queue: a renewal stuck
+    behind a backlog of batch writes would lose a lease its owner still holds.
+    ``_lock`` guards job states, so a job is either dropped before it starts
+    or runs to the end, and an interrupt only ever hits the job it was meant for.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._jobs: queue.PriorityQueue[tuple[bool, int, _Job]] = queue.PriorityQueue()
+        self._submitted = itertools.count()
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._outstanding = 0  # jobs handed to the thread and not back (Trio thread only)
+        self._thread = threading.Thread(
+            target=self._serve, name=f"trioplay-sqlite {path}", daemon=True
+        )
+        self._thread.start()
+
+    async def run(
+        self,
+        work: Callable[[sqlite3.Connection], T],
+        *,
+        interruptible: bool = False,
+        urgent: bool = False,
+        last: bool = False,
+        inline: bool = False,
+    ) -> T:
+        """Run ``work(conn)``: on the thread, or here when ``inline`` and the thread is idle.
+
+        An inline job costs no thread round trip. It never waits for a lock
+        (the connection's busy timeout is 0): a job that finds the database
+        locked by another connection moves to the thread, which waits.
+        """
+        if inline and not self._outstanding and self._conn is not None:
+            # The thread is idle, so the connection is ours to use here.
+            try:
+                done = work(self._conn)
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                # Another connection holds the lock: wait for it on the thread.
+            else:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return done
+        task = trio.lowlevel.current_task()
+        job = _Job(work, task, trio.lowlevel.current_trio_token(), interruptible, last)
+        self._jobs.put((not urgent, next(self._submitted), job))
+        self._outstanding += 1
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            with self._lock:
+                if job.state is _State.QUEUED:
+                    job.state = _State.DROPPED
+                    return trio.lowlevel.Abort.SUCCEEDED
+                if job.state is _State.RUNNING and job.interruptible and self._conn is not None:
+                    job.interrupted = True
+                    self._conn.interrupt()
+            return trio.lowlevel.Abort.FAILED
+
+        try:
+            result: T = await trio.lowlevel.wait_task_rescheduled(abort)
+        except sqlite3.OperationalError:
+            if job.interrupted:
+                # Raise the cancellation that interrupted the read, not its error.
+                await trio.lowlevel.checkpoint()
+            raise
+        finally:
+            self._outstanding -= 1
+        return result
+
+    async def stop(self) -> None:
+        await self.run(sqlite3.Connection.close, last=True)
+        # The thread returns right after handing back the last job's result.
+        self._thread.join()
+
+    def _serve(self) -> None:
+        while True:
+            _, _, job = self._jobs.get()
+            with self._lock:
+                if job.state is _State.DROPPED:
+                    continue
+                job.state = _State.RUNNING
+            result = outcome.capture(self._execute, job)
+            with self._lock:
+                job.state = _State.DONE
+            try:
+                job.token.run_sync_soon(trio.lowlevel.reschedule, job.task, result)
+            except trio.RunFinishedError:
+                pass
+            if job.last:
+                return
+
+    def _execute(self, job: _Job) -> Any:
+        if self._conn is None:
+            if job.last:
+                return None
+            self._conn = _connect(self._path)
+        # The connection's own busy timeout is 0 (inline jobs must not block
+        # the event loop), so the thread waits for other connections' locks here.
+        deadline = time.monotonic() + _BUSY_TIMEOUT
+        pause = 0.001
+        while True:
+            try:
+                return job.work(self._conn)
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or job.interrupted or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """The database is locked by another connection (SQLITE_BUSY or SQLITE_LOCKED)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return "locked" in str(exc)
+    return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    if path != ":memory:":
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    conn = sqlite3.connect(
+        path, timeout=0, isolation_level=None, cached_statements=512, check_same_thread=False
+    )
+    try:
+        _enable_wal(conn)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        # Content-addressed keys land on random index pages, so each batch
+        # dirties many pages; checkpointing (and syncing) every 10k WAL pages
+        # rather than SQLite's 1k writes each hot page back once, not ten times.
+        conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_CHECKPOINT_PAGES}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    # Switching a file to WAL needs an exclusive lock. When waiting for it
+    # could deadlock, SQLite answers "database is locked" at once, without its
+    # busy handler; seen with two processes opening one new file together
+    # (benchmarks/scaling.py). Retry within the busy timeout.
+    deadline = time.monotonic() + _BUSY_TIMEOUT
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
