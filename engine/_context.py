@@ -10,7 +10,7 @@ import trio
 from ._dispatch import Dispatcher, local_executor
 from ._errors import PlayDefinitionError
 from ._events import RuntimeEvent, deliver
-from ._json import digest
+from ._keys import fetch_receipt_key, row_step_receipt_key, step_receipt_key
 from ._map import Dataset
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ class PlayContext:
 
         On rerun the stored value is returned without calling ``fn``.
         """
-        return await self._step(digest("step", self._run_id, key), key, fn, stale_after)
+        return await self._step(step_receipt_key(self._run_id, key), key, fn, stale_after)
 
     async def _step(
         self, receipt_key: str, name: str, fn: Callable[[], Any], stale_after: float | None
@@ -236,7 +236,7 @@ class PlayContext:
         identity = fetcher.request_identity(
             url, method=method, headers=headers, json=json, content=content, auth=auth
         )
-        receipt_key = digest("fetch", self._run_id, identity)
+        receipt_key = fetch_receipt_key(self._run_id, identity)
 
         async def execute(_call: ToolCall) -> Any:
             response = await fetcher.fetch(
@@ -322,7 +322,7 @@ class RowContext:
         self, key: str, fn: Callable[[], Any], *, stale_after: float | None = None
     ) -> Any:
         """A durable step scoped to this row (same ``key`` in two rows: two steps)."""
-        receipt_key = digest("step", self._ctx.run_id, self.dataset, self.key, key)
+        receipt_key = row_step_receipt_key(self._ctx.run_id, self.dataset, self.key, key)
         return await self._ctx._step(receipt_key, key, fn, stale_after)
 
     async def fetch(

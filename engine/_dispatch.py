@@ -34,8 +34,6 @@ the run fails with :class:`PersistenceLatchTripped`.
 from __future__ import annotations
 
 import copy
-import functools
-import hashlib
 import inspect
 import logging
 import math
@@ -58,6 +56,7 @@ from ._errors import (
     error_to_record,
 )
 from ._json import canonical_json, dumps, loads
+from ._keys import idempotency_key, tool_receipt_key
 from ._owner import owner_is_dead
 from ._records import (
     Claimed,
@@ -807,7 +806,7 @@ class Dispatcher:
         tool_calls = [
             ToolCall(
                 tool_id=call.name,
-                idempotency_key=_idempotency_key(call.key, claim.lease_id if call.force else None),
+                idempotency_key=idempotency_key(call.key, claim.lease_id if call.force else None),
                 attempt=claim.attempt + retry,
                 deadline=deadline,
                 fetch=self._fetch,
@@ -1030,29 +1029,6 @@ def local_executor(fn: Callable[[], Any]) -> Execute:
     return execute
 
 
-def tool_receipt_key(tool_id: str, canonical_input: str, scope: str) -> str:
-    """The content-addressed receipt key of a tool call.
-
-    SHA-256 over the canonical JSON of ``["tool", tool_id, scope]`` followed by
-    the canonical JSON of the input: independent of dict key order, of the
-    process and of the Python version.
-    """
-    return _key_hasher(tool_id, scope)(canonical_input)
-
-
-@functools.lru_cache(maxsize=1024)
-def _key_hasher(tool_id: str, scope: str) -> Callable[[str], str]:
-    """The key function of one tool in one scope, its head hashed once."""
-    head = hashlib.sha256(canonical_json(["tool", tool_id, scope]).encode())
-
-    def key(canonical_input: str) -> str:
-        digest = head.copy()
-        digest.update(canonical_input.encode())
-        return digest.hexdigest()
-
-    return key
-
-
 def _copy_error(error: Exception) -> Exception:
     duplicate = copy.copy(error)
     duplicate.__cause__ = error.__cause__
@@ -1063,8 +1039,3 @@ def _owner_gone(call: _Call) -> BaseException:
     return ToolExecutionError(
         f"the {call.operation} {call.name!r} this call followed was cancelled", tool_id=call.name
     )
-
-
-def _idempotency_key(key: str, lease_id: str | None) -> str:
-    material = key if lease_id is None else f"{key}:{lease_id}"
-    return hashlib.sha256(material.encode()).hexdigest()[:32]
