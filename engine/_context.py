@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._dispatch import Dispatcher, local_executor
 from ._errors import PlayDefinitionError
 from ._events import RuntimeEvent, deliver
 from ._keys import fetch_receipt_key, row_step_receipt_key, step_receipt_key
 from ._map import Dataset
+from ._receipts import Dispatcher, local_executor
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence

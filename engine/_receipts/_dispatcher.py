@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ._errors import (
+from .._errors import (
     LeaseLost,
     PersistenceLatchTripped,
     PlayDefinitionError,
@@ -55,10 +55,10 @@ from ._errors import (
     error_from_record,
     error_to_record,
 )
-from ._json import canonical_json, dumps, loads
-from ._keys import idempotency_key, tool_receipt_key
-from ._owner import owner_is_dead
-from ._records import (
+from .._json import canonical_json, dumps, loads
+from .._keys import idempotency_key, tool_receipt_key
+from .._owner import owner_is_dead
+from .._records import (
     Claimed,
     ClaimOutcome,
     ClaimRequest,
@@ -69,12 +69,12 @@ from ._records import (
     Receipt,
     Settled,
 )
-from ._tools import BatchFunction, FetchFunction, ToolCall, ToolRegistry, ToolSpec
+from .._tools import BatchFunction, FetchFunction, ToolCall, ToolRegistry, ToolSpec
 
 if TYPE_CHECKING:
-    from ._governor import Governor, ProviderGate
-    from ._limits import Limits
-    from ._store import Store
+    from .._governor import Governor, ProviderGate
+    from .._limits import Limits
+    from .._store import Store
 
 Execute = Callable[[ToolCall], Awaitable[Any]]
 
