@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 import trioplay
-from trioplay._dispatch import tool_receipt_key
 from trioplay._json import canonical_json, dumps
+from trioplay._keys import tool_receipt_key
 from trioplay._runtime import play_name
 from trioplay.stores import sqlite as store
 from trioplay.stores._sqlite_sql import _COMPLETE, _MIGRATIONS

@@ -9,7 +9,7 @@ install it into the venv for profiling only::
     .venv/bin/py-spy record --nonblocking -r 200 -i -t -F -f raw -o /tmp/sqlite.txt -- \\
         .venv/bin/python -m benchmarks throughput --only sqlite --rows 100000 --rounds 1 --no-save
     .venv/bin/python -m benchmarks.spy /tmp/sqlite.txt
-    .venv/bin/python -m benchmarks.spy /tmp/sqlite.txt --under Dispatcher._execute
+    .venv/bin/python -m benchmarks.spy /tmp/sqlite.txt --under Executor.execute
 
 ``-i`` keeps idle samples (a Trio thread blocked in ``epoll`` waiting for
 work is time the engine did not use), ``-t`` separates threads (the SQLite

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._json import digest
+from ._keys import step_receipt_key
 from ._map import Dataset
 from ._plugins import source
 
@@ -110,7 +110,7 @@ class PlayContext:
         On rerun the stored value is returned without calling ``fn``.
         """
         services = self._services
-        return await services.step(digest("step", services.run_id, key), key, fn, stale_after)
+        return await services.step(step_receipt_key(services.run_id, key), key, fn, stale_after)
 
     async def fetch(
         self,

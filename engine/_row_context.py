@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ._json import digest
+from ._keys import row_step_receipt_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -78,7 +78,7 @@ class RowContext:
     ) -> Any:
         """A durable step scoped to this row (same ``key`` in two rows: two steps)."""
         services = self._services
-        receipt_key = digest("step", services.run_id, self.dataset, self.key, key)
+        receipt_key = row_step_receipt_key(services.run_id, self.dataset, self.key, key)
         return await services.step(receipt_key, key, fn, stale_after)
 
     async def fetch(

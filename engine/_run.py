@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ._dispatch import Dispatcher, local_executor
 from ._errors import PlayDefinitionError
 from ._events import RuntimeEvent, deliver
-from ._json import digest
+from ._keys import fetch_receipt_key
+from ._receipts import Dispatcher, local_executor
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -116,7 +116,7 @@ class RunServices:
         record = await self.receipts.run_effect(
             operation="fetch",
             name=f"{method.upper()} {fetcher.redact(url)}",
-            key=digest("fetch", self.run_id, identity),
+            key=fetch_receipt_key(self.run_id, identity),
             execute=execute,
             kind="fetch",
             force=force,

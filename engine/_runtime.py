@@ -16,7 +16,6 @@ import trio
 
 from ._budget import ByteBudget
 from ._context import PlayContext
-from ._dispatch import Dispatcher, DispatchStats
 from ._errors import PersistenceLatchTripped, PlayDefinitionError, PlayInputError, format_error
 from ._events import EventSink, RuntimeEvent, deliver
 from ._governor import Governor
@@ -25,6 +24,7 @@ from ._json import canonical_json, digest, dumps, dumps_output
 from ._limits import FetchTimeouts, Limits
 from ._owner import current_owner
 from ._plugins import open_store
+from ._receipts import Dispatcher, DispatchStats
 from ._run import RunServices
 from ._store import Store
 from ._tools import ToolRegistry

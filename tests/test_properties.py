@@ -17,8 +17,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trioplay._dispatch import tool_receipt_key
 from trioplay._json import canonical_json, dumps, loads
+from trioplay._keys import tool_receipt_key
 from trioplay._map._writer import TerminalRow, TerminalRowWriter
 from trioplay._records import SheetRow
 from trioplay.stores.memory import MemoryStore
@@ -54,7 +54,7 @@ def test_receipt_key_is_pinned() -> None:
 def test_receipt_keys_are_stable_across_processes(values: list[dict[str, Any]]) -> None:
     program = (
         "import json, sys\n"
-        "from trioplay._dispatch import tool_receipt_key\n"
+        "from trioplay._keys import tool_receipt_key\n"
         "from trioplay._json import canonical_json\n"
         "for value in json.loads(sys.stdin.read()):\n"
         "    print(tool_receipt_key('finder', canonical_json(value), 'play'))\n"

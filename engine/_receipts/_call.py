@@ -1,0 +1,171 @@
+"""A call in flight: :class:`_Call`, its turn, its cohort, and the table of calls in flight.
+
+A call's owner (the caller that made it) parks until the call is delivered
+or is its to run (:func:`park`, :func:`wake`): one parked task and one
+reschedule, cheaper than an Event per call. Identical calls made meanwhile
+follow it through :class:`InFlight` instead of claiming its receipt again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .._errors import ToolExecutionError
+from .._tools import ToolCall
+
+if TYPE_CHECKING:
+    from .._governor import ProviderGate
+    from .._records import Claimed
+
+Execute = Callable[[ToolCall], Awaitable[Any]]
+
+
+@attrs.define
+class DispatchStats:
+    """Counters of one run attempt (shown in the CLI summary and run stats)."""
+
+    provider_calls: int = 0
+    replayed: int = 0
+    followed: int = 0
+    waited: int = 0
+    failed_calls: int = 0
+    steps_run: int = 0
+    fetches: int = 0
+
+
+# eq=False: a call is a governor borrower, so it hashes (and compares) by identity.
+@attrs.define(eq=False, kw_only=True)
+class _Call:
+    """One logical effect and the callers waiting for it.
+
+    The fields after ``retries`` are its state and keep their defaults at
+    construction (defaults in the signature cost nothing per call; attrs'
+    ``init=False`` fields would).
+    """
+
+    operation: str
+    name: str
+    key: str
+    execute: Callable[..., Awaitable[Any]]  # a tool's fn(input, call), else fn(call)
+    gate: ProviderGate | None
+    kind: str  # "provider", "fetch" or "local": which gates apply
+    input: Any = None
+    size: int = 0
+    force: bool = False
+    stale_after: float | None = None
+    timeout: float | None = None
+    receipt_wait: float | None = None
+    record_failures: bool = True
+    retries: int = 0
+
+    delivered: bool = False  # the result (or error) is in value (or error)
+    followers: trio.Event | None = None  # set on delivery, for identical calls
+    # Its owner waits (parked) until the call is delivered or is its to run.
+    owner: trio.lowlevel.Task | None = None
+    woken: bool = False
+    claim: Claimed | None = None
+    cohort: _Cohort | None = None
+    value: Any = None
+    error: BaseException | None = None
+    settling: bool = False  # its completion write is in flight (heartbeats skip it)
+    lease_id: str = ""  # set when claimed
+    expires_at: float = math.inf  # the last confirmed expiry of our lease
+    lost: bool = False  # a heartbeat found the lease gone
+    scope: trio.CancelScope | None = None  # cancelled when the lease is lost
+    slotted: bool = False  # its governor slot was taken for its owner (see Executor.admit)
+
+
+@attrs.define(eq=False)
+class _Cohort:
+    """Calls claimed together: one heartbeat keeps their leases until all settle."""
+
+    remaining: int
+    settled: trio.Event = attrs.field(factory=trio.Event)
+
+
+# -- the turn -----------------------------------------------------------------
+async def park(call: _Call) -> None:
+    """Park the owner until its call is delivered or is its to run (see :func:`wake`)."""
+    if call.woken:
+        await trio.lowlevel.checkpoint()
+        return
+
+    def abort(_: object) -> trio.lowlevel.Abort:
+        call.owner = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    call.owner = trio.lowlevel.current_task()
+    await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+def wake(call: _Call) -> None:
+    """Let the owner of ``call`` go on, now or as soon as it parks."""
+    call.woken = True
+    owner, call.owner = call.owner, None
+    if owner is not None:
+        trio.lowlevel.reschedule(owner)
+
+
+# -- in flight ----------------------------------------------------------------
+class InFlight:
+    """The calls in flight in one run, by receipt key.
+
+    An identical call made while one is in flight follows it: it gets the
+    owner's result and makes no claim of its own. A call stays in flight
+    until its settlement is written (or, with nothing to write, until it is
+    delivered), so a follower never finds its receipt still leased.
+    """
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls: dict[str, _Call] = {}
+
+    def deliver(self, call: _Call, value: Any = None, error: BaseException | None = None) -> None:
+        """Hand ``call``'s result (or error) to its owner, its followers and its cohort."""
+        call.value = value
+        call.error = error
+        if not call.settling:
+            self.forget(call)
+        call.delivered = True
+        if call.followers is not None:
+            call.followers.set()
+        wake(call)
+        cohort = call.cohort
+        if cohort is not None:
+            cohort.remaining -= 1
+            if cohort.remaining == 0:
+                cohort.settled.set()
+
+    def forget(self, call: _Call) -> None:
+        """The key is no longer in flight: an identical call from now on claims again."""
+        if self.calls.get(call.key) is call:
+            del self.calls[call.key]
+
+    @staticmethod
+    async def follow(call: _Call) -> Any:
+        """The result of ``call``, once delivered (raises its error)."""
+        if not call.delivered:
+            if call.followers is None:
+                call.followers = trio.Event()
+            await call.followers.wait()
+        return outcome(call)
+
+
+def outcome(call: _Call) -> Any:
+    """The delivered result of ``call``; raises its error instead if it has one."""
+    if call.error is not None:
+        raise call.error
+    return call.value
+
+
+def owner_gone(call: _Call) -> BaseException:
+    """The error a call's followers get when its owner is cancelled before delivery."""
+    return ToolExecutionError(
+        f"the {call.operation} {call.name!r} this call followed was cancelled", tool_id=call.name
+    )

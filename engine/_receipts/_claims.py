@@ -1,0 +1,215 @@
+"""Claims: a batch of calls claimed in one store call, and what becomes of each outcome.
+
+Completed receipts are replayed (one hydration turn at a time); recorded
+failures raise again; receipts held by another live owner are waited on
+outside the turn; claimed ones form a cohort with one heartbeat and go to
+the executor.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import trio
+
+from .._errors import ReceiptWaitTimeout, error_from_record
+from .._json import loads
+from .._owner import owner_is_dead
+from .._records import Claimed, ClaimRequest, Held, Lease, Settled
+from ._call import _Cohort
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from .._limits import Limits
+    from .._records import ClaimOutcome, Receipt
+    from .._store import Store
+    from .._tools import BatchFunction, ToolSpec
+    from ._call import DispatchStats, _Call
+
+
+class Claimer:
+    """Claims calls for one run and acts on each outcome (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        run_id: str,
+        owner: str,
+        limits: Limits,
+        now: Callable[[], float],
+        spawn: Callable[..., None],
+        stats: DispatchStats,
+        deliver: Callable[..., None],
+        admit: Callable[[_Call], None],
+        execute: Callable[[list[tuple[_Call, Claimed]], BatchFunction | None], Awaitable[None]],
+        heartbeat: Callable[[list[_Call], _Cohort], Awaitable[None]],
+        release_shielded: Callable[[list[Lease]], Awaitable[None]],
+    ) -> None:
+        self._store = store
+        self._run_id = run_id
+        self._owner = owner
+        self._limits = limits
+        self._now = now
+        self._spawn = spawn
+        self._stats = stats
+        self._deliver = deliver
+        self._admit = admit
+        self._execute = execute
+        self._heartbeat = heartbeat
+        self._release_shielded = release_shielded
+        self._hydration = trio.Lock()
+
+    def flush(self, calls: list[_Call], spec: ToolSpec) -> None:
+        """Claim a lane's batch in a task of its own."""
+        self._spawn(self.claim, calls, spec)
+
+    async def claim(
+        self, calls: list[_Call], spec: ToolSpec | None = None, *, inline: bool = False
+    ) -> None:
+        """Claim ``calls`` in one store call and act on each outcome.
+
+        ``inline``: wait on a held receipt in this task (one call: a step or
+        a fetch, or a reclaim) rather than in a task of its own.
+        """
+        requests = [
+            ClaimRequest(
+                key=call.key,
+                operation=call.operation,
+                name=call.name,
+                run_id=self._run_id,
+                force=call.force,
+                stale_after=call.stale_after,
+            )
+            for call in calls
+        ]
+        try:
+            outcomes = await self._claim_many(requests)
+        except Exception as exc:
+            for call in calls:
+                self._deliver(call, error=exc)
+            return
+        await self._act(calls, outcomes, inline=inline, spec=spec)
+
+    async def _claim_many(self, requests: list[ClaimRequest]) -> list[ClaimOutcome]:
+        return await self._store.claim_many(
+            requests, owner=self._owner, lease_ttl=self._limits.lease_ttl, now=self._now()
+        )
+
+    async def _act(
+        self,
+        calls: list[_Call],
+        outcomes: list[ClaimOutcome],
+        *,
+        inline: bool,
+        spec: ToolSpec | None = None,
+    ) -> None:
+        owned, settled, held, gone = sort_outcomes(calls, outcomes)
+        for call, receipt in held:
+            if inline:
+                await self._wait_held(call, receipt)
+            else:
+                self._spawn(self._wait_held, call, receipt)
+        if owned:
+            cohort = _Cohort(len(owned))
+            for call, claim in owned:
+                call.lease_id = claim.lease_id
+                call.expires_at = claim.lease_expires_at
+                call.cohort = cohort
+            self._spawn(self._heartbeat, [call for call, _ in owned], cohort)
+            if spec is not None and spec.batch is not None:
+                size = spec.batch_max or self._limits.tool_batch_max
+                for start in range(0, len(owned), size):
+                    self._spawn(self._execute, owned[start : start + size], spec.batch)
+            else:
+                for call, claim in owned:
+                    call.claim = claim
+                    self._admit(call)  # its owner runs it (see Executor.run_owned)
+        if settled:
+            await self._hydrate(settled)
+        if gone:
+            await self._release_shielded(gone)
+
+    async def _hydrate(self, settled: list[tuple[_Call, Receipt]]) -> None:
+        # Stored payloads can parse into many times their size: one group at a time.
+        async with self._hydration:
+            for call, receipt in settled:
+                self._stats.replayed += 1
+                if receipt.status == "failed":
+                    self._deliver(call, error=error_from_record(loads(receipt.error_json or "{}")))
+                elif receipt.result_json is None:
+                    self._deliver(call, None)
+                else:
+                    self._deliver(call, loads(receipt.result_json))
+
+    async def _wait_held(self, call: _Call, receipt: Receipt) -> None:
+        """Wait for another owner's receipt; reclaim it once its lease is gone."""
+        delay = self._limits.receipt_wait_delay
+        attempts = self._limits.receipt_wait_attempts
+        if call.receipt_wait is not None:
+            attempts = max(0, math.ceil(call.receipt_wait / delay))
+        self._stats.waited += 1
+        waited = 0.0
+        attempt = 0
+        try:
+            while True:
+                takeover = receipt.lease_id if owner_is_dead(receipt.owner) else None
+                if takeover is None:
+                    if attempt >= attempts:
+                        break
+                    attempt += 1
+                    await trio.sleep(delay)
+                    waited += delay
+                request = ClaimRequest(
+                    key=call.key,
+                    operation=call.operation,
+                    name=call.name,
+                    run_id=self._run_id,
+                    force=call.force,
+                    stale_after=call.stale_after,
+                    takeover_lease=takeover,
+                )
+                (outcome,) = await self._claim_many([request])
+                if isinstance(outcome, Held):
+                    receipt = outcome.receipt
+                    continue
+                await self._act([call], [outcome], inline=True)
+                return
+        except Exception as exc:
+            self._deliver(call, error=exc)
+            return
+        self._deliver(call, error=ReceiptWaitTimeout(call.key, waited))
+
+
+def sort_outcomes(
+    calls: list[_Call], outcomes: list[ClaimOutcome]
+) -> tuple[
+    list[tuple[_Call, Claimed]],
+    list[tuple[_Call, Receipt]],
+    list[tuple[_Call, Receipt]],
+    list[Lease],
+]:
+    """Sort the outcomes of a claim: ``(owned, settled, held, gone)``.
+
+    ``owned``: claimed, ours to run; ``settled``: to replay; ``held``: leased
+    by another owner, to wait on; ``gone``: claimed for a caller cancelled
+    while its claim was in flight, so nobody runs it: its lease goes back
+    (and it takes no slot).
+    """
+    owned: list[tuple[_Call, Claimed]] = []
+    settled: list[tuple[_Call, Receipt]] = []
+    held: list[tuple[_Call, Receipt]] = []
+    gone: list[Lease] = []
+    for call, outcome in zip(calls, outcomes, strict=True):
+        if isinstance(outcome, Claimed):
+            if call.delivered:
+                gone.append(Lease(call.key, outcome.lease_id))
+            else:
+                owned.append((call, outcome))
+        elif isinstance(outcome, Settled):
+            settled.append((call, outcome.receipt))
+        else:
+            held.append((call, outcome.receipt))
+    return owned, settled, held, gone

@@ -1,0 +1,236 @@
+"""The dispatcher: every external effect of a run goes through a receipt here.
+
+One dispatcher per run, its tasks in the run's nursery, so cancelling a run
+stops every lane, provider call and wait it started.
+
+The path of a tool call (each step in the module named):
+
+1. **Key** (``.._keys``). ``sha256`` over the canonical JSON of (operation,
+   tool id, play scope) and of the input, unless the caller gave ``key``.
+2. **Followers** (``_call.InFlight``). An identical call already in flight
+   in this run is followed: the follower gets the owner's result, no second
+   claim.
+3. **Lane** (``_lane``). Calls to one tool coalesce for ``tool_batch_window``
+   from the first call (the window never resets) or until ``tool_batch_max``
+   calls / ``tool_batch_max_bytes`` arrive; the batch is claimed in one
+   store call.
+4. **Outcomes** (``_claims``). Completed receipts are replayed (one
+   hydration turn at a time); recorded failures raise again; receipts held
+   by another live owner are waited on outside the turn; claimed ones
+   execute.
+5. **Execution** (``_execute``, ``_leases``). The caller's own task runs its
+   claimed call (a native batch request runs in a task of its own); one
+   heartbeat task per cohort of calls claimed together keeps their leases.
+   The governor admits the call; it runs under its timeout with the
+   provider idempotency key (retried within the claim if the tool allows
+   ``retries``). The result goes to the caller at once; its settlement
+   (complete, fail or release) goes to the settler (``_settler``), which
+   coalesces the writes of many calls into one store call. The governor
+   slot, and the call's place in flight, are held until that write is done.
+
+If recording a completion fails after the provider succeeded, the
+persistence latch trips: no further provider call starts in this run and
+the run fails with :class:`PersistenceLatchTripped`.
+
+The collaborators get the bound methods they need once, here, and never the
+dispatcher: the dependencies run ``_call <- _lane, _settler, _leases <-
+_execute <- _claims <- _dispatcher``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._errors import PlayDefinitionError
+from .._json import canonical_json
+from .._keys import tool_receipt_key
+from ._call import DispatchStats, InFlight, _Call, owner_gone
+from ._claims import Claimer
+from ._execute import Executor
+from ._lane import _Lane
+from ._leases import Leases
+from ._settler import _Settler
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import trio
+
+    from .._governor import Governor, ProviderGate
+    from .._limits import Limits
+    from .._store import Store
+    from .._tools import FetchFunction, ToolRegistry
+    from ._call import Execute
+
+
+class Dispatcher:
+    """Runs the receipts protocol for one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        governor: Governor,
+        tools: ToolRegistry,
+        limits: Limits,
+        run_id: str,
+        owner: str,
+        nursery: trio.Nursery,
+        wall_clock: Callable[[], float],
+        fetch: FetchFunction | None,
+    ) -> None:
+        self.stats = DispatchStats()
+        inflight = InFlight()
+        self._settler = settler = _Settler(
+            store, wall_clock, limits.cleanup_timeout, inflight.forget, governor.release
+        )
+        leases = Leases(store, wall_clock, limits)
+        executor = Executor(
+            governor=governor,
+            limits=limits,
+            now=wall_clock,
+            fetch=fetch,
+            stats=self.stats,
+            settler=settler,
+            deliver=inflight.deliver,
+            release_shielded=leases.release_shielded,
+        )
+        claimer = Claimer(
+            store=store,
+            run_id=run_id,
+            owner=owner,
+            limits=limits,
+            now=wall_clock,
+            spawn=nursery.start_soon,
+            stats=self.stats,
+            deliver=inflight.deliver,
+            admit=executor.admit,
+            execute=executor.execute,
+            heartbeat=leases.heartbeat,
+            release_shielded=leases.release_shielded,
+        )
+        self._tools = tools
+        self._governor = governor
+        self._limits = limits
+        self._spawn = nursery.start_soon
+        self._inflight = inflight.calls
+        self._follow = inflight.follow
+        self._deliver = inflight.deliver
+        self._claim = claimer.claim
+        self._flush = claimer.flush
+        self._run_owned = executor.run_owned
+        self._lanes: dict[str, _Lane] = {}
+        self._gates: dict[str, ProviderGate] = {}
+        nursery.start_soon(settler.run)
+
+    @property
+    def latch(self) -> BaseException | None:
+        """The error that tripped the persistence latch, if it tripped."""
+        return self._settler.latch
+
+    async def drain(self) -> None:
+        """Wait until every result delivered so far is durably settled (or failed to be)."""
+        await self._settler.drain()
+
+    async def settled_up_to_now(self) -> None:
+        """Wait until the receipts of every result delivered before now are written.
+
+        The terminal-row writer waits for this before each batch, so a row
+        never commits before the receipts of the calls it used.
+        """
+        await self._settler.written_up_to_now()
+
+    # -- entry points -------------------------------------------------------
+    async def call_tool(
+        self,
+        tool_id: str,
+        input: Any,
+        *,
+        scope: str,
+        force: bool = False,
+        stale_after: float | None = None,
+        timeout: float | None = None,
+        receipt_wait: float | None = None,
+        key: str | None = None,
+    ) -> Any:
+        spec = self._tools.get(tool_id)
+        try:
+            text = canonical_json(input)
+        except (TypeError, ValueError) as exc:
+            raise PlayDefinitionError(
+                f"tool {tool_id!r}: its input must be JSON-serialisable ({exc})"
+            ) from None
+        if key is None:
+            key = tool_receipt_key(tool_id, text, scope)
+        existing = self._inflight.get(key)
+        if existing is not None:
+            self.stats.followed += 1
+            return await self._follow(existing)
+        gate = self._gates.get(spec.provider)
+        if gate is None:
+            gate = self._gates[spec.provider] = self._governor.gate(
+                spec.provider, spec.rate, spec.concurrency
+            )
+        call = _Call(
+            operation="tool",
+            name=tool_id,
+            key=key,
+            execute=spec.fn,
+            gate=gate,
+            kind="provider",
+            input=input,
+            size=len(text),
+            force=force,
+            stale_after=stale_after,
+            timeout=timeout if timeout is not None else spec.timeout,
+            receipt_wait=receipt_wait,
+            retries=spec.retries,
+        )
+        self._inflight[key] = call
+        lane = self._lanes.get(tool_id)
+        if lane is None:
+            lane = self._lanes[tool_id] = _Lane(self._flush, spec, self._limits)
+            self._spawn(lane.run)
+        lane.submit(call)
+        return await self._run_owned(call)
+
+    async def run_effect(
+        self,
+        *,
+        operation: str,
+        name: str,
+        key: str,
+        execute: Execute,
+        kind: str,
+        force: bool = False,
+        stale_after: float | None = None,
+        timeout: float | None = None,
+        receipt_wait: float | None = None,
+        record_failures: bool = False,
+    ) -> Any:
+        """Run one effect (a step or a fetch) through its receipt, in the caller's task."""
+        existing = self._inflight.get(key)
+        if existing is not None:
+            self.stats.followed += 1
+            return await self._follow(existing)
+        call = _Call(
+            operation=operation,
+            name=name,
+            key=key,
+            execute=execute,
+            gate=None,
+            kind=kind,
+            force=force,
+            stale_after=stale_after,
+            timeout=timeout,
+            receipt_wait=receipt_wait,
+            record_failures=record_failures,
+        )
+        self._inflight[key] = call
+        try:
+            await self._claim([call], inline=True)
+        except BaseException:
+            if not call.delivered:
+                self._deliver(call, error=owner_gone(call))
+            raise
+        return await self._run_owned(call)

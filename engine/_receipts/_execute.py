@@ -1,0 +1,330 @@
+"""Execution of claimed calls: the governor, the deadline, retries, and the hand-off to the settler.
+
+The caller's own task runs its claimed call (a native batch request runs in
+a task of its own). The governor admits the call (a call of a provider
+without limits of its own gets its slot as it is claimed, see
+:meth:`Executor.admit`); it runs under its timeout with the provider
+idempotency key, retried within the claim if the tool allows ``retries``.
+The result goes to the caller at once; its settlement (complete, fail or
+release) goes to the settler. The governor slot, and the call's place in
+flight, are held until that write is done.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .._errors import (
+    LeaseLost,
+    PersistenceLatchTripped,
+    ProviderTransientError,
+    ToolExecutionError,
+    ToolTimeout,
+    TrioplayError,
+    error_to_record,
+)
+from .._json import dumps, loads
+from .._keys import idempotency_key
+from .._records import Completion, Failure, Lease
+from .._tools import ToolCall
+from ._call import outcome, owner_gone, park, wake
+from ._leases import unsettled
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from .._governor import Governor
+    from .._limits import Limits
+    from .._records import Claimed
+    from .._tools import BatchFunction, FetchFunction
+    from ._call import DispatchStats, Execute, _Call
+    from ._settler import _Settler
+
+
+class Executor:
+    """Runs claimed calls of one run and hands their settlements to the settler."""
+
+    def __init__(
+        self,
+        *,
+        governor: Governor,
+        limits: Limits,
+        now: Callable[[], float],
+        fetch: FetchFunction | None,
+        stats: DispatchStats,
+        settler: _Settler,
+        deliver: Callable[..., None],
+        release_shielded: Callable[[list[Lease]], Awaitable[None]],
+    ) -> None:
+        self._governor = governor
+        self._release = governor.release
+        self._tool_timeout = limits.tool_timeout
+        self._now = now
+        self._fetch = fetch
+        self._stats = stats
+        self._settler = settler
+        self._submit = settler.submit
+        self._deliver = deliver
+        self._release_shielded = release_shielded
+
+    # -- admission ----------------------------------------------------------
+    def admit(self, call: _Call) -> None:
+        """Let the owner of a claimed call run it, its governor slot taken here when possible.
+
+        Taking the slot for the owner (now, or as soon as a release frees one)
+        wakes the owner once, for its claim and its slot together. Calls to a
+        provider with a rate or concurrency limit of its own, and steps, wait
+        for their gates in their owner's task instead.
+        """
+        gate = call.gate
+        unlimited = gate is None or (gate.limiter is None and gate.bucket is None)
+        if call.kind != "local" and unlimited:
+            if not self._governor.acquire_or_queue(call, _granted):
+                return
+            call.slotted = True
+        wake(call)
+
+    # -- the owner's task ---------------------------------------------------
+    async def run_owned(self, call: _Call) -> Any:
+        """Wait for the claim of our own call; if it is ours to run, run it here.
+
+        Running the provider call in the caller's task costs no task of its
+        own, and cancelling the caller cancels exactly its call.
+        """
+        try:
+            await park(call)
+            if not call.delivered:
+                claim = call.claim
+                assert claim is not None
+                await self.execute([(call, claim)], None)
+        finally:
+            lease: Lease | None = None
+            if not call.delivered:
+                if call.claim is not None and not call.settling:
+                    lease = Lease(call.key, call.claim.lease_id)
+                # Delivered first: from now on the governor grants it no slot.
+                self._deliver(call, error=owner_gone(call))
+            if call.slotted:  # admitted, but never executed
+                call.slotted = False
+                self._release(call.gate, call)
+            if lease is not None:
+                await self._release_shielded([lease])
+        return outcome(call)
+
+    # -- execution ----------------------------------------------------------
+    async def execute(
+        self, owned: list[tuple[_Call, Claimed]], batch: BatchFunction | None
+    ) -> None:
+        """Run claimed calls (one call, or one native batch request) under the governor.
+
+        A single call whose tool allows ``retries`` is tried again after a
+        transient failure, within the same claim (same idempotency key): after
+        ``retry_after`` for a rate limit (the provider's bucket pauses too),
+        else after 0.1 s × the try. The governor slot is given back while it waits.
+        """
+        first = owned[0][0]
+        gated = first.kind != "local"
+        tries_left = first.retries if batch is None else 0
+        retry = 0
+        while True:
+            if first.slotted:
+                first.slotted = False  # taken for us by admit; ours to release now
+            elif gated:
+                try:
+                    await self._governor.acquire(first.gate, first)
+                except trio.Cancelled:
+                    await self._release_shielded(unsettled(owned))
+                    raise
+            handed_over = False
+            try:
+                delay = await self._execute_admitted(owned, batch, retry, retry < tries_left)
+                handed_over = delay is None  # the settler releases the slot
+            except trio.Cancelled:
+                await self._release_shielded(unsettled(owned))
+                raise
+            finally:
+                if gated and not handed_over:
+                    self._release(first.gate, first)
+            if delay is None:
+                return
+            retry += 1
+            try:
+                await trio.sleep(delay)
+            except trio.Cancelled:
+                await self._release_shielded(unsettled(owned))
+                raise
+
+    async def _execute_admitted(
+        self,
+        owned: list[tuple[_Call, Claimed]],
+        batch: BatchFunction | None,
+        retry: int,
+        may_retry: bool,
+    ) -> float | None:
+        """Call the provider and hand the results to the settler, or return the delay
+        before a retry. Once handed over, the governor slot is the settler's to release.
+        """
+        first = owned[0][0]
+        latch = self._settler.latch
+        if latch is not None and first.kind != "local":
+            error = PersistenceLatchTripped(
+                f"no new provider call: an earlier completion could not be recorded ({latch})"
+            )
+            self._settle(owned, [error] * len(owned))
+            return None
+        now = self._now()
+        if any(call.lost or call.expires_at <= now for call, _ in owned):
+            # Cheap ownership check from the last confirmed expiry: never call a
+            # provider for a receipt that may have a new owner by now.
+            self._settle(owned, [LeaseLost(call.key) for call, _ in owned])
+            return None
+        timeout = first.timeout if first.timeout is not None else self._tool_timeout
+        deadline = trio.current_time() + timeout
+        tool_calls = [
+            ToolCall(
+                tool_id=call.name,
+                idempotency_key=idempotency_key(call.key, claim.lease_id if call.force else None),
+                attempt=claim.attempt + retry,
+                deadline=deadline,
+                fetch=self._fetch,
+            )
+            for call, claim in owned
+        ]
+        self._count_start(first, len(owned))
+        results: list[Any]
+        scope = trio.CancelScope(deadline=deadline)
+        for call, _ in owned:
+            call.scope = scope
+        try:
+            with scope:
+                if batch is None and first.operation == "tool":
+                    results = [await first.execute(first.input, tool_calls[0])]
+                elif batch is None:
+                    results = [await first.execute(tool_calls[0])]
+                else:
+                    results = list(await batch([call.input for call, _ in owned], tool_calls))
+            if any(call.lost for call, _ in owned):
+                results = [LeaseLost(call.key) for call, _ in owned]
+            elif scope.cancelled_caught:
+                results = [ToolTimeout(first.name, timeout, first.operation) for _ in owned]
+            elif len(results) != len(owned):
+                message = (
+                    f"batch tool {first.name!r} returned {len(results)} results "
+                    f"for {len(owned)} inputs"
+                )
+                results = [ToolExecutionError(message, tool_id=first.name) for _ in owned]
+        except Exception as exc:
+            # Each member raises its own exception object: one object raised in
+            # many tasks would tangle their tracebacks.
+            results = [exc, *(_copy_error(exc) for _ in owned[1:])]
+        error = results[0]
+        if may_retry and isinstance(error, ProviderTransientError):
+            self._slow_down(first, error)
+            if error.category == "rate_limit" and error.retry_after:
+                return error.retry_after
+            return 0.1 * (retry + 1)
+        self._settle(owned, results)
+        return None
+
+    @staticmethod
+    def _slow_down(call: _Call, error: ProviderTransientError) -> None:
+        """A rate-limit answer with ``retry_after`` pauses the provider's rate bucket."""
+        gate = call.gate
+        if error.category == "rate_limit" and error.retry_after and gate is not None:
+            if gate.bucket is not None:
+                gate.bucket.pause(error.retry_after)
+
+    def _classify(self, call: _Call, error: BaseException) -> tuple[BaseException, bool]:
+        """The error a caller sees, and whether its receipt records it as failed."""
+        if isinstance(error, ProviderTransientError):
+            if error.tool_id is None:
+                error.tool_id = call.name
+            self._slow_down(call, error)
+            return error, False
+        if isinstance(error, LeaseLost | PersistenceLatchTripped):
+            return error, False
+        if not call.record_failures:
+            return error, False  # steps and fetches: the caller's own error, not recorded
+        if not isinstance(error, TrioplayError):
+            wrapped = ToolExecutionError(
+                f"{call.operation} {call.name!r} raised {type(error).__name__}: {error}",
+                tool_id=call.name,
+            )
+            wrapped.__cause__ = error
+            error = wrapped
+        return error, True
+
+    def _settle(self, owned: list[tuple[_Call, Claimed]], results: list[Any]) -> None:
+        """Deliver each result and hand its settlement (complete, fail or release) to the settler.
+
+        The caller gets a completed result as it will replay (parsed back from
+        its JSON). Until the write is done the call stays in flight, so an
+        identical call follows it instead of finding its receipt still leased.
+        """
+        entries: list[tuple[Completion | Failure | Lease, _Call]] = []
+        for (call, claim), result in zip(owned, results, strict=True):
+            call.settling = True
+            if not isinstance(result, BaseException):
+                try:
+                    text = dumps(result)
+                except (TypeError, ValueError) as exc:
+                    result = ToolExecutionError(
+                        f"{call.operation} {call.name!r} returned a value that is not JSON: {exc}",
+                        tool_id=call.name,
+                    )
+                else:
+                    entries.append((Completion(call.key, claim.lease_id, text), call))
+                    self._deliver(call, loads(text))
+                    continue
+            error, record = self._classify(call, result)
+            if record:
+                self._stats.failed_calls += 1
+                entries.append(
+                    (Failure(call.key, claim.lease_id, dumps(error_to_record(error))), call)
+                )
+            else:
+                # An unreleased lease only delays a rerun until it expires.
+                entries.append((Lease(call.key, claim.lease_id), call))
+            self._deliver(call, error=error)
+        first = owned[0][0]
+        self._submit(entries, first if first.kind != "local" else None)
+
+    def _count_start(self, call: _Call, n: int) -> None:
+        stats = self._stats
+        if call.kind == "provider":
+            stats.provider_calls += n
+        elif call.kind == "fetch":
+            stats.fetches += n
+        else:
+            stats.steps_run += n
+
+
+def _granted(call: _Call) -> bool:
+    """A queued global slot is free (see :meth:`Executor.admit`): take it, unless the owner left."""
+    if call.delivered:
+        return False  # its owner is gone: the governor takes the slot back
+    call.slotted = True
+    wake(call)
+    return True
+
+
+def _copy_error(error: Exception) -> Exception:
+    duplicate = copy.copy(error)
+    duplicate.__cause__ = error.__cause__
+    return duplicate.with_traceback(None)
+
+
+def local_executor(fn: Callable[[], Any]) -> Execute:
+    """Wrap a step function (sync, async, or returning an awaitable)."""
+
+    async def execute(_call: ToolCall) -> Any:
+        value = fn()
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    return execute

@@ -1,0 +1,79 @@
+"""A tool's lane: coalesces the calls to one tool into batches, each claimed in one store call.
+
+Calls coalesce for ``tool_batch_window`` from the first call (the window
+never resets) or until ``tool_batch_max`` calls / ``tool_batch_max_bytes``
+of input arrive; then the lane hands the batch to ``flush``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._limits import Limits
+    from .._tools import ToolSpec
+    from ._call import _Call
+
+
+class _Lane:
+    """The batching of one tool's calls; ``flush(batch, spec)`` claims a batch (without waiting)."""
+
+    def __init__(
+        self, flush: Callable[[list[_Call], ToolSpec], None], spec: ToolSpec, limits: Limits
+    ) -> None:
+        self._flush = flush
+        self._spec = spec
+        self._window = limits.tool_batch_window
+        self._max = limits.tool_batch_max
+        self._max_bytes = limits.tool_batch_max_bytes
+        self._queue: list[_Call] = []
+        self._bytes = 0
+        self._first_at = 0.0
+        self._wakeup = trio.Event()
+
+    def submit(self, call: _Call) -> None:
+        if not self._queue:
+            self._first_at = trio.current_time()
+            self._wakeup.set()
+        self._queue.append(call)
+        self._bytes += call.size
+        if self._full():
+            self._wakeup.set()
+
+    def _full(self) -> bool:
+        return len(self._queue) >= self._max or self._bytes >= self._max_bytes
+
+    def _take(self) -> list[_Call]:
+        """The next batch: at most ``tool_batch_max`` calls and (but for one) the byte cap."""
+        taken = 0
+        size = 0
+        for call in self._queue:
+            if taken >= self._max or (taken and size + call.size > self._max_bytes):
+                break
+            taken += 1
+            size += call.size
+        batch, self._queue = self._queue[:taken], self._queue[taken:]
+        self._bytes -= size
+        if self._queue:
+            # The rest waits a window of its own, starting now.
+            self._first_at = trio.current_time()
+        return batch
+
+    async def run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            if not self._queue:
+                continue
+            if not self._full():
+                with trio.move_on_at(self._first_at + self._window):
+                    while not self._full():
+                        await self._wakeup.wait()
+                        self._wakeup = trio.Event()
+            self._flush(self._take(), self._spec)
+            if self._queue:
+                self._wakeup.set()
