@@ -43,7 +43,9 @@ from ._records import Lease as Lease
 from ._records import PageClaim as PageClaim
 from ._records import PageLease as PageLease
 from ._records import Receipt as Receipt
+from ._records import RowStatus as RowStatus
 from ._records import RunRecord as RunRecord
+from ._records import RunStatus as RunStatus
 from ._records import Settled as Settled
 from ._records import SheetEntry as SheetEntry
 from ._records import SheetRow as SheetRow
@@ -53,6 +55,10 @@ from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 from ._runtime import play as play
 from ._runtime import run as run
+from ._store import PageStore as PageStore
+from ._store import ReceiptStore as ReceiptStore
+from ._store import RunStore as RunStore
+from ._store import SheetStore as SheetStore
 from ._store import Store as Store
 from ._tools import Rate as Rate
 from ._tools import ToolCall as ToolCall

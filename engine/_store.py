@@ -1,5 +1,13 @@
 """The ``Store`` protocol: everything the engine asks of durable storage.
 
+``Store`` is four protocols, one per room of the engine that uses it:
+:class:`ReceiptStore` (the receipts dispatcher), :class:`SheetStore` (the
+terminal-row writer and the sheet's readers), :class:`PageStore` (the map's
+page leases) and :class:`RunStore` (the runtime and the command line), plus
+the store's life (``url``, ``open``, ``aclose``). Every method is in exactly
+one; a room typed with its own protocol can call nothing else. There is no
+runtime difference: a store implements ``Store`` whole.
+
 Implementations live in ``trioplay.stores`` (memory, sqlite, postgres) and
 pass one shared contract suite (``tests/test_store_contract.py``). The engine
 never imports them; ``open_runtime(store="sqlite:///...")`` resolves a URL
@@ -44,51 +52,16 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-@runtime_checkable
-class Store(Protocol):
-    """Durable storage for runs, receipts and dataset sheets."""
+class ReceiptStore(Protocol):
+    """Receipts: claims, lease renewals, completions, failures, releases, reads.
 
-    @property
-    def url(self) -> str:
-        """A printable description (``sqlite:///path``), with no secrets."""
-        ...
+    Used by the receipts dispatcher (``Dispatcher``): it claims a batch of
+    keys, renews the leases of the calls it runs, settles them and releases
+    what it gives up; a key held by another owner is waited for by claiming
+    it again. ``get_many`` reads receipts as stored (tests and tools; the
+    engine itself does not call it).
+    """
 
-    async def open(self) -> None:
-        """Connect and migrate the schema. Called once before any other method."""
-        ...
-
-    async def aclose(self) -> None:
-        """Release every connection and thread. Safe to call twice."""
-        ...
-
-    # -- runs ---------------------------------------------------------------
-    async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
-    ) -> RunRecord:
-        """Create the run (attempt 1) or start its next attempt (attempt + 1).
-
-        Sets ``status="running"`` and returns the record as stored.
-        """
-        ...
-
-    async def finish_attempt(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        now: float,
-        output_json: str | None = None,
-        error: str | None = None,
-        stats_json: str | None = None,
-    ) -> None: ...
-
-    async def get_run(self, run_id: str) -> RunRecord | None: ...
-
-    async def list_runs(self, *, limit: int = 50) -> list[RunRecord]:
-        """Most recently updated first."""
-        ...
-
-    # -- receipts -----------------------------------------------------------
     async def claim_many(
         self, requests: Sequence[ClaimRequest], *, owner: str, lease_ttl: float, now: float
     ) -> list[ClaimOutcome]:
@@ -123,11 +96,16 @@ class Store(Protocol):
 
     async def get_many(self, keys: Sequence[str]) -> list[Receipt | None]: ...
 
-    async def count_receipts(self, run_id: str) -> dict[str, int]:
-        """Receipts last claimed by ``run_id``, counted by status."""
-        ...
 
-    # -- dataset sheets -----------------------------------------------------
+class SheetStore(Protocol):
+    """Dataset sheets: terminal rows written in batches, read back by key or position.
+
+    Used by the terminal-row writer (``TerminalRowWriter``: the writes), the
+    map's row planning (``sheet_status``: which rows are in the sheet
+    already), and ``MapResult.rows`` and the command line's ``export``
+    (``read_rows``).
+    """
+
     async def write_terminal_rows(
         self, run_id: str, dataset: str, rows: Sequence[SheetRow]
     ) -> None:
@@ -152,13 +130,14 @@ class Store(Protocol):
         """Up to ``limit`` rows with ``position > after_position``, by position."""
         ...
 
-    async def count_rows(self, run_id: str, dataset: str) -> dict[str, int]:
-        """Rows in the sheet counted by status (``completed``, ``failed``)."""
-        ...
 
-    async def list_datasets(self, run_id: str) -> list[str]: ...
+class PageStore(Protocol):
+    """Page leases: which process runs which page of a dataset (cooperative execution).
 
-    # -- page leases (cooperative execution) ---------------------------------
+    Used by the map runner: it claims a page before planning its rows,
+    renews the lease while the page runs, and finishes or releases it.
+    """
+
     async def claim_page(
         self,
         run_id: str,
@@ -197,4 +176,73 @@ class Store(Protocol):
         ...
 
 
-__all__ = ["RowStatus", "Store"]
+class RunStore(Protocol):
+    """Runs and what they left: attempts, run records, and counts per run and dataset.
+
+    Used by the runtime (``Runtime.run``: ``begin_attempt``,
+    ``finish_attempt``) and the command line (``runs list``, ``runs show``,
+    and the summary after ``run``).
+    """
+
+    async def begin_attempt(
+        self, run_id: str, play: str, input_json: str, *, now: float
+    ) -> RunRecord:
+        """Create the run (attempt 1) or start its next attempt (attempt + 1).
+
+        Sets ``status="running"`` and returns the record as stored.
+        """
+        ...
+
+    async def finish_attempt(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        now: float,
+        output_json: str | None = None,
+        error: str | None = None,
+        stats_json: str | None = None,
+    ) -> None: ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def list_runs(self, *, limit: int = 50) -> list[RunRecord]:
+        """Most recently updated first."""
+        ...
+
+    async def count_receipts(self, run_id: str) -> dict[str, int]:
+        """Receipts last claimed by ``run_id``, counted by status."""
+        ...
+
+    async def count_rows(self, run_id: str, dataset: str) -> dict[str, int]:
+        """Rows in the sheet counted by status (``completed``, ``failed``)."""
+        ...
+
+    async def list_datasets(self, run_id: str) -> list[str]: ...
+
+
+@runtime_checkable
+class Store(RunStore, ReceiptStore, SheetStore, PageStore, Protocol):
+    """Durable storage for runs, receipts, dataset sheets and page leases.
+
+    The four room protocols together, and the store's life: whoever opens
+    the store (the runtime, the command line) holds a ``Store``; each room
+    of the engine needs only its own protocol. ``isinstance(x, Store)``
+    checks every method of the four.
+    """
+
+    @property
+    def url(self) -> str:
+        """A printable description (``sqlite:///path``), with no secrets."""
+        ...
+
+    async def open(self) -> None:
+        """Connect and migrate the schema. Called once before any other method."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release every connection and thread. Safe to call twice."""
+        ...
+
+
+__all__ = ["PageStore", "ReceiptStore", "RowStatus", "RunStatus", "RunStore", "SheetStore", "Store"]

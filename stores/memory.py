@@ -31,7 +31,7 @@ from trioplay import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from trioplay._records import RowStatus, RunStatus
+    from trioplay import RowStatus, RunStatus
 
 from ._rules import PageRecord, decide_claims, decide_page
 

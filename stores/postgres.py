@@ -72,7 +72,7 @@ from ._rules import decide_page
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from trioplay._records import RowStatus, RunStatus
+    from trioplay import RowStatus, RunStatus
 
     from ._pg_bridge import _Conn
 

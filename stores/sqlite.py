@@ -65,7 +65,7 @@ from ._sqlite_worker import _Worker
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    from trioplay._records import RowStatus, RunStatus
+    from trioplay import RowStatus, RunStatus
 
 T = TypeVar("T")
 

@@ -31,6 +31,14 @@ CONTRACT = [
     "MapMemoryLimitError",
     "PersistenceLatchTripped",
     "PlayInputError",
+    # What a store implements and is given (trioplay.stores imports only these).
+    "Store",
+    "ReceiptStore",
+    "SheetStore",
+    "PageStore",
+    "RunStore",
+    "RowStatus",
+    "RunStatus",
 ]
 
 

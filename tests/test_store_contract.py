@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
     from pathlib import Path
 
-    from trioplay._records import RowStatus
+    from trioplay import RowStatus
 
 pytestmark = pytest.mark.deadline(10)
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._limits import Limits
-    from .._store import Store as PageStore
+    from .._store import PageStore
     from ._stall import MapStallObserver
     from ._writer import TerminalRowSender
 

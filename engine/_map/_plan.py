@@ -12,7 +12,7 @@ from .._json import dumps
 
 if TYPE_CHECKING:
     from .._records import SheetEntry
-    from .._store import Store as SheetStore
+    from .._store import SheetStore
 
 
 @attrs.define(eq=False)

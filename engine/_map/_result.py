@@ -10,7 +10,7 @@ from .._json import loads
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from .._store import Store as SheetStore
+    from .._store import SheetStore
 
 log = logging.getLogger("trioplay")
 

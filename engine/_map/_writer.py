@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .._records import SheetRow
-    from .._store import Store as SheetStore
+    from .._store import SheetStore
 
 
 @attrs.frozen
