@@ -1,4 +1,4 @@
-"""The commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``.
+"""The commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``, ``config``.
 
 Each handler takes the parsed arguments and the session and returns an exit
 code; everything that touches a store runs inside one ``trio.run``.
@@ -20,6 +20,7 @@ import trio
 from .._errors import PlayDefinitionError, PlayInputError
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
 from ._common import DEMO_STORE_URL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, _say
+from ._config import Config, Settings, format_config, load, start_folder
 from ._export import Format, StatusFilter, export_dataset, format_for
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunReporter, format_summary
@@ -33,7 +34,19 @@ if TYPE_CHECKING:
     from . import _Session
 
 
-# -- stores -------------------------------------------------------------------
+# -- configuration and stores ----------------------------------------------------
+
+
+def _config_for(args: argparse.Namespace, start: Path) -> Config:
+    """The configuration found from ``start`` with this command's flags on top."""
+    flags: list[tuple[str, Any, str]] = []
+    if args.store is not None:
+        flags.append(("store", args.store, "--store"))
+    if getattr(args, "allow_networks", None) is not None:
+        flags.append(("allow_networks", args.allow_networks, "--allow-network"))
+    for name, value in getattr(args, "limits", None) or ():
+        flags.append((f"limits.{name}", value, "--limit"))
+    return load(start, config_file=args.config, flags=flags)
 
 
 def _store_for(url: str, *, must_exist: bool = False) -> Store:
@@ -85,6 +98,7 @@ class _RunSpec:
     out: str | None
     format: Format | None
     status: StatusFilter
+    settings: Settings = attrs.field(factory=Settings)
 
 
 @attrs.frozen
@@ -127,7 +141,8 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
 def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
     path, name = split_play_ref(args.play)
     input = _parse_input(args.input, args.csv)
-    store = _store_for(args.store)
+    settings = _config_for(args, start_folder(path)).settings
+    store = _store_for(settings.store)
     with _importable_from(path.parent):
         module = load_play_module(path)
         play = find_play(module, path, name)
@@ -141,8 +156,14 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             out=args.out,
             format=args.format,
             status=args.status,
+            settings=settings,
         )
         return _execute(spec, session)
+
+
+def _cmd_config(args: argparse.Namespace, session: _Session) -> int:
+    print(format_config(_config_for(args, start_folder(args.path))))
+    return EXIT_OK
 
 
 def _parse_input(text: str | None, csv_path: str | None) -> Any:
@@ -192,7 +213,15 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
 
 
 async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
-    async with open_runtime(store=spec.store, tools=spec.tools, on_event=reporter) as rt:
+    settings = spec.settings
+    async with open_runtime(
+        store=spec.store,
+        tools=spec.tools,
+        limits=settings.limits,
+        fetch_timeouts=settings.fetch_timeouts,
+        allow_networks=settings.allow_networks,
+        on_event=reporter,
+    ) as rt:
         error: Exception | None = None
         try:
             await rt.run(spec.play, spec.input, run_id=spec.run_id)
@@ -229,7 +258,7 @@ def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, Path]:
 
 
 def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(args.store, must_exist=True)
+    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
     text = trio.run(_runs_table, store, args.limit)
     print(text)
     return EXIT_OK
@@ -275,7 +304,7 @@ def _timestamp(seconds: float) -> str:
 
 
 def _cmd_runs_show(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(args.store, must_exist=True)
+    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
     print(trio.run(_run_details, store, args.run_id))
     return EXIT_OK
 
@@ -324,7 +353,7 @@ async def _run_details(store: Store, run_id: str) -> str:
 
 
 def _cmd_export(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(args.store, must_exist=True)
+    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
     path = Path(args.out)
     fmt: Format = args.format or format_for(path)
     count = trio.run(_export_command, store, args.run_id, args.dataset, path, fmt, args.status)
