@@ -21,7 +21,7 @@ from .._errors import PlayDefinitionError, PlayInputError
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
 from ._common import DEMO_STORE_URL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, _say
 from ._config import Config, Settings, format_config, load, start_folder
-from ._export import Format, StatusFilter, export_dataset, format_for
+from ._export import STDOUT, Format, StatusFilter, export_dataset, format_for
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunReporter, format_summary
 
@@ -197,15 +197,18 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         return EXIT_INTERRUPTED
     finally:
         reporter.close()
+    # With --out - the rows are standard output, and the summary moves aside.
+    summary = sys.stderr if spec.out == STDOUT else sys.stdout
     print(
         format_summary(
             reporter.outcome,
             list(reporter.maps.values()),
             sheets=finished.sheets,
             outputs=finished.outputs,
-        )
+        ),
+        file=summary,
     )
-    sys.stdout.flush()
+    summary.flush()
     if finished.error is not None:
         session.report_error(finished.error, usage=False)
         return EXIT_FAILED
@@ -243,15 +246,20 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
                 count = await export_dataset(
                     rt.store, run_id, name, path, fmt=fmt, status=spec.status
                 )
-                outputs.append(OutputFile(str(path), name, count))
+                outputs.append(OutputFile(path, name, count))
         return _Finished(error, sheets, outputs)
 
 
-def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, Path]:
-    path = Path(out)
+def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, str]:
     if len(datasets) == 1:
-        return {datasets[0]: path}
-    return {name: path.with_name(f"{path.stem}.{name}{path.suffix}") for name in datasets}
+        return {datasets[0]: out}
+    if out == STDOUT:
+        raise UsageError(
+            f"--out - writes one dataset, and this run has {len(datasets)} "
+            f"({', '.join(datasets)}): give a file name instead"
+        )
+    path = Path(out)
+    return {name: str(path.with_name(f"{path.stem}.{name}{path.suffix}")) for name in datasets}
 
 
 # -- runs list / show -------------------------------------------------------------
@@ -354,15 +362,20 @@ async def _run_details(store: Store, run_id: str) -> str:
 
 def _cmd_export(args: argparse.Namespace, session: _Session) -> int:
     store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
-    path = Path(args.out)
+    path: str = args.out
     fmt: Format = args.format or format_for(path)
     count = trio.run(_export_command, store, args.run_id, args.dataset, path, fmt, args.status)
-    print(f"{path}: {count:,} rows of {args.dataset} (run {args.run_id})")
+    where = "standard output" if path == STDOUT else path
+    # The rows may be standard output: the report goes to stderr then.
+    print(
+        f"{where}: {count:,} rows of {args.dataset} (run {args.run_id})",
+        file=sys.stderr if path == STDOUT else sys.stdout,
+    )
     return EXIT_OK
 
 
 async def _export_command(
-    store: Store, run_id: str, dataset: str, path: Path, fmt: Format, status: StatusFilter
+    store: Store, run_id: str, dataset: str, path: str, fmt: Format, status: StatusFilter
 ) -> int:
     async with _opened(store):
         if await store.get_run(run_id) is None:

@@ -97,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="the run id (default: derived from the play and input)")
     run.add_argument(
         "--out",
-        help="export the datasets the run wrote: one dataset to FILE, several to "
-        "FILE-stem.<dataset>.<ext>",
+        help="export the datasets the run wrote: one dataset to FILE (- for standard "
+        "output), several to FILE-stem.<dataset>.<ext>",
     )
     _add_output_options(run)
     run.set_defaults(command=_cmd_run)
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("run_id", metavar="RUN")
     export.add_argument("dataset", metavar="DATASET")
-    export.add_argument("--out", required=True, help="the file to write")
+    export.add_argument("--out", required=True, help="the file to write (- for standard output)")
     _add_store_option(export)
     _add_output_options(export)
     export.set_defaults(command=_cmd_export)
