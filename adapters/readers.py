@@ -28,6 +28,17 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
 
+class SourceRow(dict[str, Any]):
+    """A row as a source yields it: a ``dict`` that also says where it came from.
+
+    ``origin`` is ``(path, line)``: the file as given and the physical line
+    the record starts on. The map names it in the row's errors.
+    """
+
+    __slots__ = ("origin",)
+    origin: tuple[str, int]
+
+
 class RowSource(abc.ABC):
     """A file of rows, read lazily and checked as it is read.
 
@@ -158,11 +169,14 @@ class CsvSource(RowSource):
 
     def _rows(self, file: IO[str]) -> Iterator[dict[str, Any]]:
         header, records = self._records(file)
-        for fields in records:
+        path = self._path
+        for line, fields in records:
             # Widths are already checked; strict=True would check them again.
-            yield dict(zip(header, fields, strict=False))
+            row = SourceRow(zip(header, fields, strict=False))
+            row.origin = (path, line)
+            yield row
 
-    def _records(self, file: IO[str]) -> tuple[list[str], Iterator[list[str]]]:
+    def _records(self, file: IO[str]) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
         """Read and check the header now; return it and the checked records."""
         # strict=True turns stray quotes into errors instead of silently
         # merging what follows into one field.
@@ -211,7 +225,8 @@ class CsvSource(RowSource):
 
     def _checked(
         self, reader: CsvReader, header: list[str], required: list[int]
-    ) -> Iterator[list[str]]:
+    ) -> Iterator[tuple[int, list[str]]]:
+        """The records after the header, checked, with the line each one starts on."""
         width = len(header)
         # Every physical line belongs to exactly one record (a blank line is
         # an empty record), so a record starts one line after the last ended.
@@ -236,8 +251,8 @@ class CsvSource(RowSource):
                             line=end + 1,
                             column=header[index],
                         )
-                end = reader.line_num
-                yield fields
+                start, end = end + 1, reader.line_num
+                yield start, fields
         except csv.Error as exc:
             raise PlayInputError(
                 f"malformed CSV in the record starting here ({exc})",
@@ -255,7 +270,18 @@ class JsonlSource(RowSource):
     ``""`` and not only whitespace.
     """
 
+    def _checked_records(self, file: IO[str]) -> Iterator[object]:
+        return self._records(file)
+
     def _rows(self, file: IO[str]) -> Iterator[dict[str, Any]]:
+        path = self._path
+        for number, record in self._records(file):
+            row = SourceRow(record)
+            row.origin = (path, number)
+            yield row
+
+    def _records(self, file: IO[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Every object, checked, with its line number."""
         required = self._required
         for number, line in enumerate(file, start=1):
             try:
@@ -282,7 +308,7 @@ class JsonlSource(RowSource):
                     raise PlayInputError(
                         "required value is empty", path=self._path, line=number, column=name
                     )
-            yield row
+            yield number, row
 
 
 def _refuse_constant(name: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -216,13 +217,16 @@ async def test_rows_are_bounded_by_the_row_limiter() -> None:
     assert peak == 7
 
 
-async def test_missing_key_field_is_a_play_input_error() -> None:
+async def test_missing_key_field_fails_its_row() -> None:
+    # Issue 14: a bad key is a row error (isolated here), no longer the map's.
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
         return await ctx.dataset("s", [{"domain": "a"}, {"name": "b"}]).run(key="domain")
 
-    with pytest.raises(trioplay.PlayInputError, match=r"row 1: the key field 'domain' is missing"):
-        await run_play(play, MemoryStore(), registry())
+    result = await run_play(play, MemoryStore(), registry())
+    assert (result.completed_count, result.failed_count) == (1, 1)
+    [failed] = [row async for row in result.rows(status="failed")]
+    assert re.search(r"row 1: the key field 'domain' is missing", failed["_error"])
 
 
 async def test_rows_added_to_a_finished_page_run_on_resume() -> None:

@@ -352,6 +352,10 @@ class _MapRun:
     async def _resolve(
         self, page: Page, position: int, key: str, data: dict[str, Any]
     ) -> tuple[SheetRow, Exception | None]:
+        rejected = self.planner.rejected
+        if rejected and key in rejected:  # a bad key: the row fails, its columns never run
+            error = rejected.pop(key)
+            return self._failed_row(position, key, data, error), error
         observer = page.observer
         observer_token = observer.resolver_started()
         rc = RowContext(self.services, self.name, key, observer, observer_token)
