@@ -18,8 +18,18 @@ import attrs
 import trio
 
 from .._errors import PlayDefinitionError, PlayInputError
+from .._plugins import open_store
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
-from ._common import DEMO_STORE_URL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, _say
+from ._common import (
+    DEMO_STORE_URL,
+    EXIT_EXPORT_FAILED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    _say,
+)
 from ._config import Config, Settings, format_config, load, start_folder
 from ._export import STDOUT, Format, StatusFilter, export_dataset, format_for
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
@@ -55,10 +65,8 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
     With ``must_exist``, a SQLite file that is not there is an error rather
     than a new empty database (reading commands should not create stores).
     """
-    from trioplay.stores import open_store  # stores depend on the engine, not back
-
     try:
-        store = open_store(url)
+        store: Store = open_store(url)  # the registered stores, as open_runtime finds them
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if must_exist and url.startswith("sqlite:///"):
@@ -103,9 +111,13 @@ class _RunSpec:
 
 @attrs.frozen
 class _Finished:
+    """How a run and its export went: the run's error, then the export's."""
+
     error: Exception | None
     sheets: dict[str, dict[str, int]]
     outputs: list[OutputFile]
+    run_id: str | None = None
+    export_error: Exception | None = None
 
 
 def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
@@ -209,13 +221,28 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         file=summary,
     )
     summary.flush()
-    if finished.error is not None:
-        session.report_error(finished.error, usage=False)
-        return EXIT_FAILED
+    error = finished.error
+    if error is not None:
+        usage = isinstance(error, PlayInputError | PlayDefinitionError)
+        session.report_error(error, usage=usage)
+        return EXIT_USAGE if usage else EXIT_FAILED
+    if finished.export_error is not None:
+        session.report_error(finished.export_error, usage=False)
+        _say(
+            f"the run completed and its rows are in the store: "
+            f"trioplay export {finished.run_id} DATASET --out FILE --store {spec.store.url}"
+        )
+        return EXIT_EXPORT_FAILED
     return EXIT_OK
 
 
 async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
+    """Run, then count the sheets and export them.
+
+    The first error is the one reported: when the run failed, a failure of
+    the queries after it (the store may be gone by then) only leaves the
+    sheet counts out of the summary.
+    """
     settings = spec.settings
     async with open_runtime(
         store=spec.store,
@@ -228,8 +255,10 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
         error: Exception | None = None
         try:
             await rt.run(spec.play, spec.input, run_id=spec.run_id)
-        except (PlayInputError, PlayDefinitionError):
-            raise  # the command was wrong, not the run: exit 2, no summary
+        except (PlayInputError, PlayDefinitionError) as exc:
+            if not reporter.maps:
+                raise  # wrong before any row ran: exit 2, no summary
+            error = exc
         except Exception as exc:
             error = exc
         run_id = reporter.outcome.run_id or spec.run_id
@@ -237,17 +266,27 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
             if error is not None:
                 raise error
             return _Finished(None, {}, [])
-        datasets = await rt.store.list_datasets(run_id)
-        sheets = {name: await rt.store.count_rows(run_id, name) for name in datasets}
+        try:
+            datasets = await rt.store.list_datasets(run_id)
+            sheets = {name: await rt.store.count_rows(run_id, name) for name in datasets}
+        except Exception:
+            if error is None:
+                raise
+            return _Finished(error, {}, [], run_id)
         outputs: list[OutputFile] = []
-        if error is None and spec.out is not None and datasets:
+        if error is not None or spec.out is None or not datasets:
+            return _Finished(error, sheets, outputs, run_id)
+        try:
             for name, path in _output_paths(spec.out, datasets).items():
                 fmt = spec.format or format_for(path)
                 count = await export_dataset(
                     rt.store, run_id, name, path, fmt=fmt, status=spec.status
                 )
                 outputs.append(OutputFile(path, name, count))
-        return _Finished(error, sheets, outputs)
+        except Exception as exc:
+            exc.add_note(f"trioplay: writing --out {spec.out} failed")
+            return _Finished(None, sheets, outputs, run_id, export_error=exc)
+        return _Finished(None, sheets, outputs, run_id)
 
 
 def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, str]:

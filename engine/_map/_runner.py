@@ -158,6 +158,7 @@ class _MapRun:
                 self.writer.close_input()
             await self.writer.finished.wait()
             nursery.cancel_scope.cancel()
+        emit("map.progress", self._counts())  # the last counts, also of a map that failed
         if error is not None:
             raise error
         latch = self.services.receipts.latch
@@ -165,7 +166,6 @@ class _MapRun:
             raise PersistenceLatchTripped(
                 f"dataset {self.name!r}: a completion could not be recorded ({latch})"
             ) from latch
-        emit("map.progress", self._counts())
         emit("map.finished", self._counts())
         return self.result
 
