@@ -162,7 +162,22 @@ class CsvSource(RowSource):
 
     A required column must exist in the header and, in every row, hold a
     value that is not empty or only whitespace.
+
+    A field may hold up to ``field_limit`` characters (Python's default,
+    131,072, unless raised). The limit is the ``csv`` module's, which is one
+    per process: a source raises it to its own ``field_limit`` and never
+    lowers it, so a process holds the largest any of its sources asked for.
     """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        required: Sequence[str] = (),
+        field_limit: int = 131_072,
+    ) -> None:
+        super().__init__(path, required=required)
+        self._field_limit = field_limit
 
     def _checked_records(self, file: IO[str]) -> Iterator[object]:
         return self._records(file)[1]
@@ -180,6 +195,8 @@ class CsvSource(RowSource):
         """Read and check the header now; return it and the checked records."""
         # strict=True turns stray quotes into errors instead of silently
         # merging what follows into one field.
+        if csv.field_size_limit() < self._field_limit:
+            csv.field_size_limit(self._field_limit)
         reader = csv.reader(file, strict=True)
         header: list[str] = []
         try:
@@ -254,6 +271,14 @@ class CsvSource(RowSource):
                 start, end = end + 1, reader.line_num
                 yield start, fields
         except csv.Error as exc:
+            if "field larger than field limit" in str(exc):
+                raise PlayInputError(
+                    f"a field is longer than {self._field_limit:,} characters "
+                    "(csv_field_limit); raise it with --limit csv_field_limit=N or "
+                    "Limits(csv_field_limit=N)",
+                    path=self._path,
+                    line=end + 1,
+                ) from None
             raise PlayInputError(
                 f"malformed CSV in the record starting here ({exc})",
                 path=self._path,

@@ -261,3 +261,18 @@ async def test_a_row_over_the_memory_budget_fails_without_its_data() -> None:
     rows = [row async for row in result.rows(status="failed")]
     assert all(row["_error"].startswith("MapMemoryLimitError: the row is") for row in rows)
     assert all("blob" not in row for row in rows)
+
+
+async def test_the_same_dataset_twice_in_one_run_streams_the_whole_sheet() -> None:
+    # Issue 14: the second map skipped the first one's keys as duplicates but
+    # kept its cache "complete", so rows() missed the first map's rows.
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        await ctx.dataset("s", [{"k": 1}, {"k": 2}]).run(key="k")
+        second = await ctx.dataset("s", [{"k": 2}, {"k": 3}]).run(key="k")
+        return second, [row async for row in second.rows()]
+
+    second, rows = await run_play(play, MemoryStore(), registry())
+    assert (second.completed_count, second.duplicate_count) == (1, 1)
+    assert not second.retained_rows_complete
+    assert rows == [{"k": 1}, {"k": 2}, {"k": 3}]

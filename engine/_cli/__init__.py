@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help and on usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    session = _Session(debug=args.debug)
+    session = _Session(debug=getattr(args, "debug", False))
     with session.logging():
         try:
             code: int = args.command(args, session)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import tempfile
 from datetime import datetime
@@ -65,10 +66,22 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
     With ``must_exist``, a SQLite file that is not there is an error rather
     than a new empty database (reading commands should not create stores).
     """
+    if url.startswith("memory://"):
+        if must_exist:
+            raise UsageError(
+                "memory:// holds nothing between commands: every command starts with an "
+                "empty one (use sqlite:///FILE)"
+            )
+        _say(
+            "warning: memory:// keeps nothing: the run's results go when this command ends "
+            "and a rerun starts over (use sqlite:///FILE to keep them)"
+        )
     try:
         store: Store = open_store(url)  # the registered stores, as open_runtime finds them
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if url.startswith("sqlite:///"):
+        _check_sqlite_path(url, url.removeprefix("sqlite:///"))
     if must_exist and url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")
         if path != ":memory:" and not Path(path).exists():
@@ -81,6 +94,31 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
                 )
             raise UsageError(f"no store at {url} (the file {path} does not exist){hint}")
     return store
+
+
+def _check_sqlite_path(url: str, path: str) -> None:
+    """Say why a SQLite file cannot be opened, where SQLite would only say "unable to open"."""
+    if path == ":memory:":
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(
+            f"store {url}: {path} is a directory; name a database file, such as "
+            f"sqlite:///{target / 'trioplay.db'}"
+        )
+    # The nearest existing folder is where SQLite creates the file (and its -wal).
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"store {url}: {folder} is a file, not a directory")
+    if not os.access(folder, os.W_OK):
+        readonly = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        why = "is on a read-only filesystem" if readonly else "is not writable"
+        raise UsageError(
+            f"store {url}: the folder {folder} {why}; SQLite writes the database and "
+            "its -wal file there (give --store a path on a writable disk)"
+        )
 
 
 @contextlib.asynccontextmanager

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each command sets ``command`` to its handler."""
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: a subcommand's default must not undo a --debug given before it.
+    # The action is shared by every parser made from `common`, so no parser
+    # may set_defaults(debug=...): that changes the default of all of them.
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
     )
@@ -55,7 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run durable dataset-enrichment plays on Trio.",
         parents=[common],
     )
-    parser.set_defaults(debug=False)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
     demo = commands.add_parser(

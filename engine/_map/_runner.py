@@ -142,6 +142,11 @@ class _MapRun:
 
     # -- the whole map ------------------------------------------------------
     async def run(self) -> MapResult:
+        if self.name in self.services.datasets:
+            # An earlier map of this attempt wrote rows to this sheet that
+            # this one will skip: rows() must read them from the sheet.
+            self.result.forget_retained()
+        self.services.datasets.add(self.name)
         opened = await open_source(self.name, self.source)
         self.total = opened.total
         emit = self.services.emit
