@@ -28,6 +28,17 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
 
+class SourceRow(dict[str, Any]):
+    """A row as a source yields it: a ``dict`` that also says where it came from.
+
+    ``origin`` is ``(path, line)``: the file as given and the physical line
+    the record starts on. The map names it in the row's errors.
+    """
+
+    __slots__ = ("origin",)
+    origin: tuple[str, int]
+
+
 class RowSource(abc.ABC):
     """A file of rows, read lazily and checked as it is read.
 
@@ -151,21 +162,41 @@ class CsvSource(RowSource):
 
     A required column must exist in the header and, in every row, hold a
     value that is not empty or only whitespace.
+
+    A field may hold up to ``field_limit`` characters (Python's default,
+    131,072, unless raised). The limit is the ``csv`` module's, which is one
+    per process: a source raises it to its own ``field_limit`` and never
+    lowers it, so a process holds the largest any of its sources asked for.
     """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        required: Sequence[str] = (),
+        field_limit: int = 131_072,
+    ) -> None:
+        super().__init__(path, required=required)
+        self._field_limit = field_limit
 
     def _checked_records(self, file: IO[str]) -> Iterator[object]:
         return self._records(file)[1]
 
     def _rows(self, file: IO[str]) -> Iterator[dict[str, Any]]:
         header, records = self._records(file)
-        for fields in records:
+        path = self._path
+        for line, fields in records:
             # Widths are already checked; strict=True would check them again.
-            yield dict(zip(header, fields, strict=False))
+            row = SourceRow(zip(header, fields, strict=False))
+            row.origin = (path, line)
+            yield row
 
-    def _records(self, file: IO[str]) -> tuple[list[str], Iterator[list[str]]]:
+    def _records(self, file: IO[str]) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
         """Read and check the header now; return it and the checked records."""
         # strict=True turns stray quotes into errors instead of silently
         # merging what follows into one field.
+        if csv.field_size_limit() < self._field_limit:
+            csv.field_size_limit(self._field_limit)
         reader = csv.reader(file, strict=True)
         header: list[str] = []
         try:
@@ -211,7 +242,8 @@ class CsvSource(RowSource):
 
     def _checked(
         self, reader: CsvReader, header: list[str], required: list[int]
-    ) -> Iterator[list[str]]:
+    ) -> Iterator[tuple[int, list[str]]]:
+        """The records after the header, checked, with the line each one starts on."""
         width = len(header)
         # Every physical line belongs to exactly one record (a blank line is
         # an empty record), so a record starts one line after the last ended.
@@ -236,9 +268,17 @@ class CsvSource(RowSource):
                             line=end + 1,
                             column=header[index],
                         )
-                end = reader.line_num
-                yield fields
+                start, end = end + 1, reader.line_num
+                yield start, fields
         except csv.Error as exc:
+            if "field larger than field limit" in str(exc):
+                raise PlayInputError(
+                    f"a field is longer than {self._field_limit:,} characters "
+                    "(csv_field_limit); raise it with --limit csv_field_limit=N or "
+                    "Limits(csv_field_limit=N)",
+                    path=self._path,
+                    line=end + 1,
+                ) from None
             raise PlayInputError(
                 f"malformed CSV in the record starting here ({exc})",
                 path=self._path,
@@ -255,7 +295,18 @@ class JsonlSource(RowSource):
     ``""`` and not only whitespace.
     """
 
+    def _checked_records(self, file: IO[str]) -> Iterator[object]:
+        return self._records(file)
+
     def _rows(self, file: IO[str]) -> Iterator[dict[str, Any]]:
+        path = self._path
+        for number, record in self._records(file):
+            row = SourceRow(record)
+            row.origin = (path, number)
+            yield row
+
+    def _records(self, file: IO[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Every object, checked, with its line number."""
         required = self._required
         for number, line in enumerate(file, start=1):
             try:
@@ -282,7 +333,7 @@ class JsonlSource(RowSource):
                     raise PlayInputError(
                         "required value is empty", path=self._path, line=number, column=name
                     )
-            yield row
+            yield number, row
 
 
 def _refuse_constant(name: str) -> Any:

@@ -57,9 +57,11 @@ class PlayContext:
 
         The file is checked before any tool call: a missing file, a missing
         required column or a malformed line raises :class:`PlayInputError`
-        naming the file, the line and the column.
+        naming the file, the line and the column. A field may hold up to
+        ``Limits.csv_field_limit`` characters.
         """
-        return source("csv", path, required)
+        limit = self._services.limits.csv_field_limit
+        return source("csv", path, required, field_limit=limit)
 
     def jsonl(self, path: str, required: Sequence[str] = ()) -> Any:
         """Stream rows from a JSON Lines file (one object per line); checked like :meth:`csv`."""

@@ -51,6 +51,7 @@ class Limits:
     fetch_retry_attempts: int = attrs.field(default=3, validator=_positive)
     fetch_retry_delay: float = attrs.field(default=0.1, validator=_non_negative)
     cleanup_timeout: float = attrs.field(default=1.0, validator=_positive)
+    csv_field_limit: int = attrs.field(default=131_072, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)

@@ -51,7 +51,7 @@ def open_store(url: str) -> Any:
     return factory(url)
 
 
-def source(kind: str, path: str, required: Any) -> Any:
+def source(kind: str, path: str, required: Any, **options: Any) -> Any:
     """A row source of format ``kind`` (``csv``, ``jsonl``) over ``path``."""
     cls = load(SOURCES, kind)
     if cls is None:
@@ -60,4 +60,4 @@ def source(kind: str, path: str, required: Any) -> Any:
             f"no {kind} row source is registered (found: {found}); "
             "install trioplay (pip install -e .) so that its entry points exist"
         )
-    return cls(path, required=required)
+    return cls(path, required=required, **options)

@@ -51,6 +51,8 @@ class RunServices:
     receipts: Dispatcher
     fetcher: Callable[[], Awaitable[Fetcher]]
     on_event: EventSink | None = None
+    datasets: set[str] = attrs.field(factory=set)
+    """The names of the datasets run so far in this attempt."""
 
     def emit(self, type: str, data: dict[str, Any]) -> None:
         """Deliver a :class:`RuntimeEvent` of this run to the user's sink."""

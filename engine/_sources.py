@@ -3,6 +3,10 @@
 A source is any iterable of mappings: a list, a generator, or a
 :class:`RowSource` such as ``ctx.csv(...)``, which can check itself before any
 tool call and be read again page by page.
+
+A row read from a file may also say where it came from: an attribute
+``origin``, a ``(path, line)`` tuple (see :func:`row_origin`). The map names
+that place in the errors of the row (a missing or empty key, for one).
 """
 
 from __future__ import annotations
@@ -29,6 +33,12 @@ class RowSource(Protocol):
         ...
 
     def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+
+def row_origin(row: object) -> tuple[str, int] | None:
+    """Where ``row`` came from, ``(path, line)``, if its source said so."""
+    origin = getattr(row, "origin", None)
+    return origin if isinstance(origin, tuple) else None
 
 
 @attrs.frozen

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import os
+import subprocess
+import sys
+import threading
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -87,3 +95,62 @@ class LocalHttpServer:
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
             )
+
+
+# -- the command line, for real -------------------------------------------------
+
+TRIOPLAY = Path(sys.executable).with_name("trioplay")
+"""The installed ``trioplay`` entry point of the environment running the tests."""
+CLI_TIMEOUT = 120
+
+
+def run_trioplay(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``trioplay`` command in a subprocess in ``cwd``; never raises for its exit code."""
+    return subprocess.run(
+        [str(TRIOPLAY), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@contextlib.contextmanager
+def json_service() -> Iterator[str]:
+    """A threaded HTTP server on 127.0.0.1 (port 0) for synchronous tests; yields its URL.
+
+    ``GET`` answers ``{"path": ...}``; ``POST`` answers ``{"echo": <the JSON body>}``.
+    """
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._answer({"path": self.path})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            self._answer({"echo": json.loads(self.rfile.read(length) or b"null")})
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -217,13 +218,16 @@ async def test_rows_are_bounded_by_the_row_limiter() -> None:
     assert peak == 7
 
 
-async def test_missing_key_field_is_a_play_input_error() -> None:
+async def test_missing_key_field_fails_its_row() -> None:
+    # Issue 14: a bad key is a row error (isolated here), no longer the map's.
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
         return await ctx.dataset("s", [{"domain": "a"}, {"name": "b"}]).run(key="domain")
 
-    with pytest.raises(trioplay.PlayInputError, match=r"row 1: the key field 'domain' is missing"):
-        await run_play(play, MemoryStore(), registry())
+    result = await run_play(play, MemoryStore(), registry())
+    assert (result.completed_count, result.failed_count) == (1, 1)
+    [failed] = [row async for row in result.rows(status="failed")]
+    assert re.search(r"row 1: the key field 'domain' is missing", failed["_error"])
 
 
 async def test_rows_added_to_a_finished_page_run_on_resume() -> None:
@@ -296,3 +300,18 @@ async def test_three_hung_rows_in_three_pages_do_not_stall_the_rest(
     # 256 rows at a time, 50 ms each: the row limit allows about 5,000 rows/s.
     done_at = min(at for at, completed in progress if completed == 4997)
     assert done_at < 5.0
+
+
+async def test_the_same_dataset_twice_in_one_run_streams_the_whole_sheet() -> None:
+    # Issue 14: the second map skipped the first one's keys as duplicates but
+    # kept its cache "complete", so rows() missed the first map's rows.
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        await ctx.dataset("s", [{"k": 1}, {"k": 2}]).run(key="k")
+        second = await ctx.dataset("s", [{"k": 2}, {"k": 3}]).run(key="k")
+        return second, [row async for row in second.rows()]
+
+    second, rows = await run_play(play, MemoryStore(), registry())
+    assert (second.completed_count, second.duplicate_count) == (1, 1)
+    assert not second.retained_rows_complete
+    assert rows == [{"k": 1}, {"k": 2}, {"k": 3}]

@@ -283,3 +283,11 @@ def test_jsonl_empty_file_has_no_rows(tmp_path: Path) -> None:
     source = JsonlSource(write(tmp_path / "a.jsonl", ""))
     assert source.validate() == 0
     assert source.validate(full=False) is None
+
+
+def test_a_field_over_the_limit_names_the_setting(tmp_path: Path) -> None:
+    path = tmp_path / "wide.csv"
+    path.write_text("id,text\n1," + "x" * 140_000 + "\n")
+    with pytest.raises(PlayInputError, match=r"line 2: a field is longer than 131,072 characters"):
+        CsvSource(path).validate()
+    assert CsvSource(path, field_limit=150_000).validate() == 1

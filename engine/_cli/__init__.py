@@ -1,6 +1,7 @@
 """The ``trioplay`` command line (also ``python -m trioplay``).
 
-Commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``. Each
+Commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``,
+``config``. Each
 returns an exit code: 0 success, 1 a failed run (or an unexpected error), 2 a
 usage or input problem (bad arguments, a missing file, a bad store URL,
 :class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`),
@@ -21,6 +22,7 @@ point.
 
 - ``_common``: exit codes, the demo's defaults, ``UsageError``, error lines
 - ``_parser``: the argument parser
+- ``_config``: the configuration file and flags, structured with cattrs
 - ``_commands``: the command handlers
 - ``_playfile``: loading a play file, its play and its tools
 - ``_export``: a dataset sheet to CSV or JSON Lines
@@ -55,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help and on usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    session = _Session(debug=args.debug)
+    session = _Session(debug=getattr(args, "debug", False))
     with session.logging():
         try:
             code: int = args.command(args, session)

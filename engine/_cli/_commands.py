@@ -1,4 +1,4 @@
-"""The commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``.
+"""The commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``, ``config``.
 
 Each handler takes the parsed arguments and the session and returns an exit
 code; everything that touches a store runs inside one ``trio.run``.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import tempfile
 from datetime import datetime
@@ -18,9 +19,20 @@ import attrs
 import trio
 
 from .._errors import PlayDefinitionError, PlayInputError
+from .._plugins import open_store
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
-from ._common import DEMO_STORE_URL, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, _say
-from ._export import Format, StatusFilter, export_dataset, format_for
+from ._common import (
+    DEMO_STORE_URL,
+    EXIT_EXPORT_FAILED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    _say,
+)
+from ._config import Config, Settings, format_config, load, start_folder
+from ._export import STDOUT, Format, StatusFilter, export_dataset, format_for
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunReporter, format_summary
 
@@ -33,7 +45,19 @@ if TYPE_CHECKING:
     from . import _Session
 
 
-# -- stores -------------------------------------------------------------------
+# -- configuration and stores ----------------------------------------------------
+
+
+def _config_for(args: argparse.Namespace, start: Path) -> Config:
+    """The configuration found from ``start`` with this command's flags on top."""
+    flags: list[tuple[str, Any, str]] = []
+    if args.store is not None:
+        flags.append(("store", args.store, "--store"))
+    if getattr(args, "allow_networks", None) is not None:
+        flags.append(("allow_networks", args.allow_networks, "--allow-network"))
+    for name, value in getattr(args, "limits", None) or ():
+        flags.append((f"limits.{name}", value, "--limit"))
+    return load(start, config_file=args.config, flags=flags)
 
 
 def _store_for(url: str, *, must_exist: bool = False) -> Store:
@@ -42,12 +66,22 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
     With ``must_exist``, a SQLite file that is not there is an error rather
     than a new empty database (reading commands should not create stores).
     """
-    from trioplay.stores import open_store  # stores depend on the engine, not back
-
+    if url.startswith("memory://"):
+        if must_exist:
+            raise UsageError(
+                "memory:// holds nothing between commands: every command starts with an "
+                "empty one (use sqlite:///FILE)"
+            )
+        _say(
+            "warning: memory:// keeps nothing: the run's results go when this command ends "
+            "and a rerun starts over (use sqlite:///FILE to keep them)"
+        )
     try:
-        store = open_store(url)
+        store: Store = open_store(url)  # the registered stores, as open_runtime finds them
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if url.startswith("sqlite:///"):
+        _check_sqlite_path(url, url.removeprefix("sqlite:///"))
     if must_exist and url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")
         if path != ":memory:" and not Path(path).exists():
@@ -60,6 +94,31 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
                 )
             raise UsageError(f"no store at {url} (the file {path} does not exist){hint}")
     return store
+
+
+def _check_sqlite_path(url: str, path: str) -> None:
+    """Say why a SQLite file cannot be opened, where SQLite would only say "unable to open"."""
+    if path == ":memory:":
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(
+            f"store {url}: {path} is a directory; name a database file, such as "
+            f"sqlite:///{target / 'trioplay.db'}"
+        )
+    # The nearest existing folder is where SQLite creates the file (and its -wal).
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"store {url}: {folder} is a file, not a directory")
+    if not os.access(folder, os.W_OK):
+        readonly = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        why = "is on a read-only filesystem" if readonly else "is not writable"
+        raise UsageError(
+            f"store {url}: the folder {folder} {why}; SQLite writes the database and "
+            "its -wal file there (give --store a path on a writable disk)"
+        )
 
 
 @contextlib.asynccontextmanager
@@ -85,13 +144,18 @@ class _RunSpec:
     out: str | None
     format: Format | None
     status: StatusFilter
+    settings: Settings = attrs.field(factory=Settings)
 
 
 @attrs.frozen
 class _Finished:
+    """How a run and its export went: the run's error, then the export's."""
+
     error: Exception | None
     sheets: dict[str, dict[str, int]]
     outputs: list[OutputFile]
+    run_id: str | None = None
+    export_error: Exception | None = None
 
 
 def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
@@ -127,7 +191,8 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
 def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
     path, name = split_play_ref(args.play)
     input = _parse_input(args.input, args.csv)
-    store = _store_for(args.store)
+    settings = _config_for(args, start_folder(path)).settings
+    store = _store_for(settings.store)
     with _importable_from(path.parent):
         module = load_play_module(path)
         play = find_play(module, path, name)
@@ -141,8 +206,14 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             out=args.out,
             format=args.format,
             status=args.status,
+            settings=settings,
         )
         return _execute(spec, session)
+
+
+def _cmd_config(args: argparse.Namespace, session: _Session) -> int:
+    print(format_config(_config_for(args, start_folder(args.path))))
+    return EXIT_OK
 
 
 def _parse_input(text: str | None, csv_path: str | None) -> Any:
@@ -176,28 +247,56 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         return EXIT_INTERRUPTED
     finally:
         reporter.close()
+    # With --out - the rows are standard output, and the summary moves aside.
+    summary = sys.stderr if spec.out == STDOUT else sys.stdout
     print(
         format_summary(
             reporter.outcome,
             list(reporter.maps.values()),
             sheets=finished.sheets,
             outputs=finished.outputs,
-        )
+        ),
+        file=summary,
     )
-    sys.stdout.flush()
-    if finished.error is not None:
-        session.report_error(finished.error, usage=False)
-        return EXIT_FAILED
+    summary.flush()
+    error = finished.error
+    if error is not None:
+        usage = isinstance(error, PlayInputError | PlayDefinitionError)
+        session.report_error(error, usage=usage)
+        return EXIT_USAGE if usage else EXIT_FAILED
+    if finished.export_error is not None:
+        session.report_error(finished.export_error, usage=False)
+        _say(
+            f"the run completed and its rows are in the store: "
+            f"trioplay export {finished.run_id} DATASET --out FILE --store {spec.store.url}"
+        )
+        return EXIT_EXPORT_FAILED
     return EXIT_OK
 
 
 async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
-    async with open_runtime(store=spec.store, tools=spec.tools, on_event=reporter) as rt:
+    """Run, then count the sheets and export them.
+
+    The first error is the one reported: when the run failed, a failure of
+    the queries after it (the store may be gone by then) only leaves the
+    sheet counts out of the summary.
+    """
+    settings = spec.settings
+    async with open_runtime(
+        store=spec.store,
+        tools=spec.tools,
+        limits=settings.limits,
+        fetch_timeouts=settings.fetch_timeouts,
+        allow_networks=settings.allow_networks,
+        on_event=reporter,
+    ) as rt:
         error: Exception | None = None
         try:
             await rt.run(spec.play, spec.input, run_id=spec.run_id)
-        except (PlayInputError, PlayDefinitionError):
-            raise  # the command was wrong, not the run: exit 2, no summary
+        except (PlayInputError, PlayDefinitionError) as exc:
+            if not reporter.maps:
+                raise  # wrong before any row ran: exit 2, no summary
+            error = exc
         except Exception as exc:
             error = exc
         run_id = reporter.outcome.run_id or spec.run_id
@@ -205,31 +304,46 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
             if error is not None:
                 raise error
             return _Finished(None, {}, [])
-        datasets = await rt.store.list_datasets(run_id)
-        sheets = {name: await rt.store.count_rows(run_id, name) for name in datasets}
+        try:
+            datasets = await rt.store.list_datasets(run_id)
+            sheets = {name: await rt.store.count_rows(run_id, name) for name in datasets}
+        except Exception:
+            if error is None:
+                raise
+            return _Finished(error, {}, [], run_id)
         outputs: list[OutputFile] = []
-        if error is None and spec.out is not None and datasets:
+        if error is not None or spec.out is None or not datasets:
+            return _Finished(error, sheets, outputs, run_id)
+        try:
             for name, path in _output_paths(spec.out, datasets).items():
                 fmt = spec.format or format_for(path)
                 count = await export_dataset(
                     rt.store, run_id, name, path, fmt=fmt, status=spec.status
                 )
-                outputs.append(OutputFile(str(path), name, count))
-        return _Finished(error, sheets, outputs)
+                outputs.append(OutputFile(path, name, count))
+        except Exception as exc:
+            exc.add_note(f"trioplay: writing --out {spec.out} failed")
+            return _Finished(None, sheets, outputs, run_id, export_error=exc)
+        return _Finished(None, sheets, outputs, run_id)
 
 
-def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, Path]:
-    path = Path(out)
+def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, str]:
     if len(datasets) == 1:
-        return {datasets[0]: path}
-    return {name: path.with_name(f"{path.stem}.{name}{path.suffix}") for name in datasets}
+        return {datasets[0]: out}
+    if out == STDOUT:
+        raise UsageError(
+            f"--out - writes one dataset, and this run has {len(datasets)} "
+            f"({', '.join(datasets)}): give a file name instead"
+        )
+    path = Path(out)
+    return {name: str(path.with_name(f"{path.stem}.{name}{path.suffix}")) for name in datasets}
 
 
 # -- runs list / show -------------------------------------------------------------
 
 
 def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(args.store, must_exist=True)
+    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
     text = trio.run(_runs_table, store, args.limit)
     print(text)
     return EXIT_OK
@@ -275,7 +389,7 @@ def _timestamp(seconds: float) -> str:
 
 
 def _cmd_runs_show(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(args.store, must_exist=True)
+    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
     print(trio.run(_run_details, store, args.run_id))
     return EXIT_OK
 
@@ -324,16 +438,21 @@ async def _run_details(store: Store, run_id: str) -> str:
 
 
 def _cmd_export(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(args.store, must_exist=True)
-    path = Path(args.out)
+    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
+    path: str = args.out
     fmt: Format = args.format or format_for(path)
     count = trio.run(_export_command, store, args.run_id, args.dataset, path, fmt, args.status)
-    print(f"{path}: {count:,} rows of {args.dataset} (run {args.run_id})")
+    where = "standard output" if path == STDOUT else path
+    # The rows may be standard output: the report goes to stderr then.
+    print(
+        f"{where}: {count:,} rows of {args.dataset} (run {args.run_id})",
+        file=sys.stderr if path == STDOUT else sys.stdout,
+    )
     return EXIT_OK
 
 
 async def _export_command(
-    store: Store, run_id: str, dataset: str, path: Path, fmt: Format, status: StatusFilter
+    store: Store, run_id: str, dataset: str, path: str, fmt: Format, status: StatusFilter
 ) -> int:
     async with _opened(store):
         if await store.get_run(run_id) is None:

@@ -9,8 +9,15 @@ from .._errors import format_error
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+"""The run failed (or something unexpected did)."""
 EXIT_USAGE = 2
+"""The command cannot run as given: arguments, configuration, play file or input."""
+EXIT_EXPORT_FAILED = 3
+"""The run completed, but writing ``--out`` failed: its rows are in the store."""
 EXIT_INTERRUPTED = 130
+"""Ctrl-C (SIGINT)."""
+EXIT_TERMINATED = 143
+"""SIGTERM."""
 
 DEMO_STORE_URL = "sqlite:///.trioplay/demo.db"
 """The demo's own store, apart from the default one so that it never mixes with real runs."""

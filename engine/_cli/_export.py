@@ -1,5 +1,13 @@
 """``trioplay export`` and ``run --out``: one dataset sheet streamed, page by
-page, to a CSV or JSON Lines file."""
+page, to a CSV or JSON Lines file.
+
+Where the rows go depends on what ``--out`` names. ``-`` is standard output.
+A symlink is followed to its target (the link stays a link). A FIFO, a
+character device (``/dev/null``, a terminal) or anything else that is not a
+regular file is opened and written as it is. A regular file, or a name that
+does not exist yet, is written beside itself and renamed into place when
+complete, so it is either all there or not there.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +15,16 @@ import contextlib
 import csv
 import io
 import json
+import os
+import stat
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Sequence
-    from pathlib import Path
+    from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
     from .._records import RowStatus, SheetRow
     from .._store import Store
@@ -21,20 +32,23 @@ if TYPE_CHECKING:
 Format = Literal["csv", "jsonl"]
 StatusFilter = Literal["completed", "failed", "all"]
 
+STDOUT = "-"
+"""``--out -``: standard output."""
+
 _EXPORT_PAGE = 1000
 _EXTRA_COLUMNS = ("_status", "_error")
 
 
-def format_for(path: Path) -> Format:
-    """``jsonl`` for ``.jsonl``/``.ndjson`` files, else ``csv``."""
-    return "jsonl" if path.suffix.lower() in (".jsonl", ".ndjson") else "csv"
+def format_for(path: str | os.PathLike[str]) -> Format:
+    """``jsonl`` for ``.jsonl``/``.ndjson`` files, else ``csv`` (standard output too)."""
+    return "jsonl" if Path(path).suffix.lower() in (".jsonl", ".ndjson") else "csv"
 
 
 async def export_dataset(
     store: Store,
     run_id: str,
     dataset: str,
-    path: Path,
+    path: str | os.PathLike[str],
     *,
     fmt: Format,
     status: StatusFilter = "completed",
@@ -43,8 +57,8 @@ async def export_dataset(
 
     Never holds more than one page of rows. CSV needs its header first, so it
     reads the sheet twice: once for the column names, once to write, and the
-    second pass stops at the last row the first one saw. The file appears
-    complete or not at all (written beside it, then renamed).
+    second pass stops at the last row the first one saw. ``path`` is ``-``
+    for standard output; see the module docstring for the other kinds.
     """
     wanted: RowStatus | None = None if status == "all" else status
     last_position: int | None = None
@@ -61,26 +75,53 @@ async def export_dataset(
             last_position = -1  # an empty sheet: a header-less empty file
         header = [name for name in columns if name not in _EXTRA_COLUMNS]
         header += [name for name in _EXTRA_COLUMNS if name in columns]
-    target = trio.Path(path)
+    count = 0
+    async with _output(os.fspath(path)) as file:
+        if fmt == "csv" and header:
+            await file.write(_csv_text([header]))
+        pages = _sheet_pages(store, run_id, dataset, wanted, last_position)
+        async with contextlib.aclosing(pages):
+            async for page in pages:
+                records = [_record(row, status) for row in page]
+                await file.write(_page_text(records, fmt, header))
+                count += len(records)
+    return count
+
+
+@contextlib.asynccontextmanager
+async def _output(path: str) -> AsyncIterator[Any]:
+    """An async text file for ``path``, by kind (see the module docstring)."""
+    if path == STDOUT:
+        stdout = trio.wrap_file(sys.stdout)
+        yield stdout
+        await stdout.flush()
+        return
+    target = await trio.Path(path).resolve()  # through every symlink
+    try:
+        mode = (await target.stat()).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"{path} is a directory")
+    if mode is not None and not stat.S_ISREG(mode):
+        # A FIFO blocks in open() until a reader comes: let Ctrl-C abandon it.
+        raw = await trio.to_thread.run_sync(
+            lambda: open(target, "w", encoding="utf-8", newline=""),
+            abandon_on_cancel=True,
+        )
+        async with trio.wrap_file(raw) as file:
+            yield file
+        return
     await target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")
-    count = 0
     try:
         async with await partial.open("w", encoding="utf-8", newline="") as file:
-            if fmt == "csv" and header:
-                await file.write(_csv_text([header]))
-            pages = _sheet_pages(store, run_id, dataset, wanted, last_position)
-            async with contextlib.aclosing(pages):
-                async for page in pages:
-                    records = [_record(row, status) for row in page]
-                    await file.write(_page_text(records, fmt, header))
-                    count += len(records)
+            yield file
         await partial.replace(target)
     except BaseException:
         with trio.CancelScope(shield=True):
             await partial.unlink(missing_ok=True)
         raise
-    return count
 
 
 async def _sheet_pages(

@@ -8,8 +8,16 @@ from __future__ import annotations
 import argparse
 
 from .._runtime import DEFAULT_STORE_URL
-from ._commands import _cmd_demo, _cmd_export, _cmd_run, _cmd_runs_list, _cmd_runs_show
+from ._commands import (
+    _cmd_config,
+    _cmd_demo,
+    _cmd_export,
+    _cmd_run,
+    _cmd_runs_list,
+    _cmd_runs_show,
+)
 from ._common import DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
+from ._config import CONFIG_FILE, parse_limit
 
 _TOOLS_HELP = """\
 How `trioplay run` finds things in FILE.py:
@@ -20,6 +28,9 @@ How `trioplay run` finds things in FILE.py:
   its tools  a module-level `tools`: either a trioplay.ToolRegistry or a
              function `tools()` that returns one. No `tools`: no tools.
   its input  --input JSON (default {}); --csv PATH sets input["csv"].
+  settings   the nearest trioplay.toml or [tool.trioplay] in pyproject.toml,
+             from FILE.py's folder up; flags replace its values.
+             `trioplay config FILE.py` shows what a run would use.
 
 The run id defaults to one derived from the play name and the input, so
 running the same command again resumes the run: committed rows are skipped
@@ -35,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each command sets ``command`` to its handler."""
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: a subcommand's default must not undo a --debug given before it.
+    # The action is shared by every parser made from `common`, so no parser
+    # may set_defaults(debug=...): that changes the default of all of them.
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
     )
@@ -44,7 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run durable dataset-enrichment plays on Trio.",
         parents=[common],
     )
-    parser.set_defaults(debug=False)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
     demo = commands.add_parser(
@@ -81,14 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("play", metavar="FILE.py[:PLAY]", help="the play file, and which play")
     run.add_argument("--input", metavar="JSON", help="the play's input as JSON (default: {})")
     run.add_argument("--csv", metavar="FILE", help='set input["csv"] to FILE')
-    run.add_argument(
-        "--store", default=DEFAULT_STORE_URL, help=f"store URL (default: {DEFAULT_STORE_URL})"
-    )
+    _add_store_option(run)
+    _add_run_settings(run)
     run.add_argument("--run-id", help="the run id (default: derived from the play and input)")
     run.add_argument(
         "--out",
-        help="export the datasets the run wrote: one dataset to FILE, several to "
-        "FILE-stem.<dataset>.<ext>",
+        help="export the datasets the run wrote: one dataset to FILE (- for standard "
+        "output), several to FILE-stem.<dataset>.<ext>",
     )
     _add_output_options(run)
     run.set_defaults(command=_cmd_run)
@@ -116,16 +127,60 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("run_id", metavar="RUN")
     export.add_argument("dataset", metavar="DATASET")
-    export.add_argument("--out", required=True, help="the file to write")
+    export.add_argument("--out", required=True, help="the file to write (- for standard output)")
     _add_store_option(export)
     _add_output_options(export)
     export.set_defaults(command=_cmd_export)
+
+    config = commands.add_parser(
+        "config",
+        parents=[common],
+        help="show the configuration a command would use, and where each value comes from",
+        description=(
+            f"Print the effective configuration as TOML: the nearest {CONFIG_FILE} or "
+            "[tool.trioplay] in pyproject.toml, looked for from PATH (a play file or a "
+            "folder; default: the current folder) upwards, with the flags on top. Each "
+            "value is commented with where it came from."
+        ),
+    )
+    config.add_argument(
+        "path", metavar="PATH", nargs="?", help="a play file or a folder (default: .)"
+    )
+    _add_store_option(config)
+    _add_run_settings(config)
+    config.set_defaults(command=_cmd_config)
     return parser
 
 
 def _add_store_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--store", default=DEFAULT_STORE_URL, help=f"store URL (default: {DEFAULT_STORE_URL})"
+        "--store",
+        metavar="URL",
+        help=f"store URL (default: the configuration's store, else {DEFAULT_STORE_URL})",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"read this configuration file instead of the nearest {CONFIG_FILE} or pyproject.toml",
+    )
+
+
+def _add_run_settings(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-network",
+        metavar="CIDR",
+        action="append",
+        dest="allow_networks",
+        help="let fetch reach this non-public network, e.g. 127.0.0.0/8 (repeatable; "
+        "replaces the configuration's allow_networks)",
+    )
+    parser.add_argument(
+        "--limit",
+        metavar="NAME=VALUE",
+        action="append",
+        dest="limits",
+        type=_limit,
+        help="set one trioplay.Limits field, e.g. page_size=500 (repeatable)",
     )
 
 
@@ -141,6 +196,13 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
         default="completed",
         help="which rows to write (default: completed)",
     )
+
+
+def _limit(text: str) -> tuple[str, object]:
+    try:
+        return parse_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:

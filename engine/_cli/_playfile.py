@@ -45,6 +45,11 @@ def load_play_module(path: Path) -> ModuleType:
     sys.modules[module_name] = module  # dataclasses, pickling and the like look here
     try:
         spec.loader.exec_module(module)
+    except SystemExit as exc:
+        sys.modules.pop(module_name, None)
+        raise PlayDefinitionError(
+            f"{path}: importing it raised SystemExit({exc.code!r}); a play file must not exit"
+        ) from exc
     except Exception as exc:
         sys.modules.pop(module_name, None)
         raise PlayDefinitionError(f"{path}: importing it failed: {format_error(exc)}") from exc
@@ -78,8 +83,11 @@ def find_play(module: ModuleType, path: Path, name: str | None) -> Play:
     for attr, obj in vars(module).items():
         if _is_play_function(obj) and getattr(obj, "__trioplay_name__", None) is not None:
             decorated.setdefault(id(obj), (attr, obj))
-    plays = list(decorated.values())
+    plays = [(attr, obj) for attr, obj in decorated.values() if inspect.iscoroutinefunction(obj)]
     listing = ", ".join(_describe_play(attr, obj) for attr, obj in plays) or "none"
+    if name is None and not plays and len(decorated) == 1:
+        # A decorated plain def: say so rather than fall back to `play`.
+        name = next(iter(decorated.values()))[0]
     chosen: Any = None
     if name is not None:
         chosen = getattr(module, name, None)
@@ -104,6 +112,13 @@ def find_play(module: ModuleType, path: Path, name: str | None) -> Play:
                 "or name it `play`"
             )
         label = f"{path}:play"
+    if getattr(chosen, "__trioplay_name__", None) is not None and not (
+        inspect.iscoroutinefunction(chosen)
+    ):
+        raise PlayDefinitionError(
+            f"{label} is decorated with @trioplay.play but is not async: "
+            f"a play is an async def (ctx, input); plays in it: {listing}"
+        )
     if not _is_play_function(chosen) or not inspect.iscoroutinefunction(chosen):
         raise PlayDefinitionError(
             f"{label} is not a play: a play is an async function (ctx, input); "

@@ -9,6 +9,7 @@ import attrs
 
 from .._errors import PlayInputError
 from .._json import dumps
+from .._sources import row_origin
 
 if TYPE_CHECKING:
     from .._records import SheetEntry
@@ -34,6 +35,10 @@ class RowPlanner:
     key seen twice is skipped as a duplicate. Rows that failed in an earlier
     attempt run again. Keys stay *in flight* from planning until their row
     commits (:meth:`done`) or the page gives them back (:meth:`give_back`).
+
+    A row whose key field is missing or empty gets a stand-in key from its
+    position, and its error waits in :attr:`rejected` under that key: the
+    runner fails the row with it instead of running its columns.
     """
 
     sheet: SheetStore
@@ -42,6 +47,7 @@ class RowPlanner:
     key_field: str | None
     attempt: int
     in_flight: set[str] = attrs.field(factory=set)
+    rejected: dict[str, PlayInputError] = attrs.field(factory=dict)
 
     async def plan(self, chunk: list[Any], offset: int) -> Plan:
         keyed: list[tuple[int, str, dict[str, Any]]] = []
@@ -83,16 +89,29 @@ class RowPlanner:
             return str(position)
         value = raw.get(self.key_field)
         if value is None or value == "":
-            raise PlayInputError(
-                f"dataset {self.dataset!r} row {position}: the key field "
-                f"{self.key_field!r} is missing or empty",
-                column=self.key_field,
-            )
+            key = f"<no key: row {position}>"
+            self.rejected[key] = self._key_error(raw, position)
+            return key
         return value if isinstance(value, str) else dumps(value)
+
+    def _key_error(self, raw: Mapping[str, Any], position: int) -> PlayInputError:
+        field = self.key_field
+        if field in raw:
+            problem = f"the key field {field!r} is empty"
+        else:
+            fields = ", ".join(repr(name) for name in raw) or "none"
+            problem = f"the key field {field!r} is missing; the row's fields: {fields}"
+        origin = row_origin(raw)
+        if origin is None:
+            return PlayInputError(f"dataset {self.dataset!r} row {position}: {problem}")
+        return PlayInputError(
+            f"dataset {self.dataset!r}: {problem}", path=origin[0], line=origin[1], column=field
+        )
 
     def give_back(self, plan: Plan) -> None:
         for _, key, _ in plan.rows:
             self.in_flight.discard(key)
+            self.rejected.pop(key, None)
 
     def done(self, key: str) -> None:
         self.in_flight.discard(key)

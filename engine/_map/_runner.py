@@ -142,6 +142,11 @@ class _MapRun:
 
     # -- the whole map ------------------------------------------------------
     async def run(self) -> MapResult:
+        if self.name in self.services.datasets:
+            # An earlier map of this attempt wrote rows to this sheet that
+            # this one will skip: rows() must read them from the sheet.
+            self.result.forget_retained()
+        self.services.datasets.add(self.name)
         opened = await open_source(self.name, self.source)
         self.total = opened.total
         emit = self.services.emit
@@ -158,6 +163,7 @@ class _MapRun:
                 self.writer.close_input()
             await self.writer.finished.wait()
             nursery.cancel_scope.cancel()
+        emit("map.progress", self._counts())  # the last counts, also of a map that failed
         if error is not None:
             raise error
         latch = self.services.receipts.latch
@@ -165,7 +171,6 @@ class _MapRun:
             raise PersistenceLatchTripped(
                 f"dataset {self.name!r}: a completion could not be recorded ({latch})"
             ) from latch
-        emit("map.progress", self._counts())
         emit("map.finished", self._counts())
         return self.result
 
@@ -351,6 +356,10 @@ class _MapRun:
     async def _resolve(
         self, page: Page, position: int, key: str, data: dict[str, Any]
     ) -> tuple[SheetRow, Exception | None]:
+        rejected = self.planner.rejected
+        if rejected and key in rejected:  # a bad key: the row fails, its columns never run
+            error = rejected.pop(key)
+            return self._failed_row(position, key, data, error), error
         observer = page.observer
         observer_token = observer.resolver_started()
         rc = RowContext(self.services, self.name, key, observer, observer_token)
