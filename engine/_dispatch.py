@@ -952,7 +952,7 @@ class Dispatcher:
         gate = call.gate
         unlimited = gate is None or (gate.limiter is None and gate.bucket is None)
         if call.kind != "local" and unlimited:
-            if not self._governor.acquire_or_queue(call, self._granted):
+            if not self._governor.acquire_or_queue(call, self._granted, gate):
                 return
             call.slotted = True
         _wake(call)

@@ -7,10 +7,20 @@ results waiting for their write):
 1. the provider's own concurrency (``ToolRegistry.tool(concurrency=...)``);
 2. the provider's rate (``Rate(n, per)``, a token bucket in Trio time), which
    a rate-limit answer (``retry_after``) pauses;
-3. the global ``max_concurrent_external_calls``, shared by tools and fetches.
+3. the global ``max_concurrent_external_calls``, shared by tools and fetches
+   (every fetch counts as the one provider ``"fetch"``).
 
 Provider gates come first so a slow provider queues on its own gate instead
 of occupying global slots other providers could use.
+
+**Fairness of the global slots.** Each provider waits in a queue of its own
+(first come, first served); when a slot is released it goes to the next
+provider in turn (round robin over the providers that wait). Once more than
+one provider has been called in the runtime, no provider holds more than
+``Limits.max_provider_share`` of the slots: a provider that hangs keeps at
+most its share, and the others go on with the rest. A provider alone may use
+every slot. Slots are never taken back from a running call; the share is
+what keeps a stuck provider from taking them all in the first place.
 """
 
 from __future__ import annotations
@@ -88,51 +98,183 @@ class TokenBucket:
 
 
 class ProviderGate:
-    """The concurrency limit and rate of one provider."""
+    """One provider: its own limits, the global slots it holds and its queue for more."""
+
+    __slots__ = ("bucket", "held", "known", "limiter", "name", "ringed", "waiters")
 
     def __init__(self, name: str, rate: Rate | None, concurrency: int | None) -> None:
         self.name = name
         self.limiter = trio.CapacityLimiter(concurrency) if concurrency else None
         self.bucket = TokenBucket(rate) if rate else None
+        self.held = 0  # global slots held by its calls
+        self.known = False  # counted among the providers called in this runtime
+        # Its calls waiting for a global slot, first come first served, and
+        # whether it has its place in the governor's round robin.
+        self.waiters: collections.deque[_Waiter] = collections.deque()
+        self.ringed = False
+
+
+class GlobalSlots:
+    """The ``max_concurrent_external_calls`` slots and who holds them."""
+
+    __slots__ = ("_borrowers", "borrowed_tokens", "total_tokens")
+
+    def __init__(self, total: int) -> None:
+        self.total_tokens = total
+        self.borrowed_tokens = 0
+        self._borrowers: set[object] = set()
+
+    @property
+    def available_tokens(self) -> int:
+        return self.total_tokens - self.borrowed_tokens
+
+    def take(self, borrower: object) -> None:
+        if borrower in self._borrowers:
+            raise RuntimeError(f"{borrower!r} already holds a global slot")
+        self._borrowers.add(borrower)
+        self.borrowed_tokens += 1
+
+    def give_back(self, borrower: object) -> None:
+        try:
+            self._borrowers.remove(borrower)
+        except KeyError:
+            raise RuntimeError(f"{borrower!r} holds no global slot") from None
+        self.borrowed_tokens -= 1
+
+
+class _Waiter:
+    """A call waiting for a global slot; ``grant()`` gives it one (``False``: not wanted)."""
+
+    __slots__ = ("borrower",)
+
+    def __init__(self, borrower: object) -> None:
+        self.borrower = borrower
+
+    def grant(self) -> bool:
+        raise NotImplementedError
+
+
+class _Queued(_Waiter):
+    """A borrower without a task waiting for it (see :meth:`Governor.acquire_or_queue`)."""
+
+    __slots__ = ("granted",)
+
+    def __init__(self, borrower: Any, granted: Callable[[Any], bool]) -> None:
+        super().__init__(borrower)
+        self.granted = granted
+
+    def grant(self) -> bool:
+        return self.granted(self.borrower)
+
+
+class _Parked(_Waiter):
+    """A task parked in :meth:`Governor.acquire` until it is granted a slot."""
+
+    __slots__ = ("gone", "granted", "task")
+
+    def __init__(self, borrower: object) -> None:
+        super().__init__(borrower)
+        self.task: trio.lowlevel.Task | None = None
+        self.granted = False
+        self.gone = False  # cancelled while it waited: its place is skipped
+
+    def grant(self) -> bool:
+        if self.gone:
+            return False
+        self.granted = True
+        task, self.task = self.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+        return True
+
+    async def wait(self) -> None:
+        if self.granted:
+            return
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self.gone = True
+            self.task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        self.task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
 
 class Governor:
     """Admits provider calls and fetches; one per runtime, shared by its runs."""
 
-    def __init__(self, max_concurrent_external_calls: int) -> None:
-        self.external = trio.CapacityLimiter(max_concurrent_external_calls)
+    def __init__(self, max_concurrent_external_calls: int, max_provider_share: float = 0.5) -> None:
+        self.external = GlobalSlots(max_concurrent_external_calls)
+        self._cap = max_concurrent_external_calls
+        # The most slots one provider may hold once a second one is known.
+        self._share = max(1, math.ceil(max_provider_share * max_concurrent_external_calls))
+        self._limit = self._cap  # the most slots one provider may hold now
+        self._known = 0
         self._providers: dict[str, ProviderGate] = {}
-        # Borrowers waiting for a global slot without a task of their own
-        # waiting (see acquire_or_queue), first come first served.
-        self._queued: collections.deque[tuple[Any, Callable[[Any], bool]]] = collections.deque()
+        self._fetch = ProviderGate("fetch", None, None)
+        # Providers with calls waiting for a slot, in turn.
+        self._ring: collections.deque[ProviderGate] = collections.deque()
 
     def gate(self, provider: str, rate: Rate | None, concurrency: int | None) -> ProviderGate:
-        """The gate of ``provider``; the first tool to name a provider sets its limits."""
+        """The gate of ``provider``; the first tool to name a provider sets its limits.
+
+        Asking for a gate counts the provider as called (the dispatcher asks
+        when the first call to it is made), so the share applies from the
+        moment a second provider is called, before either holds a slot.
+        """
         gate = self._providers.get(provider)
         if gate is None:
             gate = self._providers[provider] = ProviderGate(provider, rate, concurrency)
+            self._know(gate)
         return gate
+
+    def _know(self, gate: ProviderGate) -> None:
+        gate.known = True
+        self._known += 1
+        if self._known > 1:
+            self._limit = self._share
+
+    def _resolve(self, gate: ProviderGate | None) -> ProviderGate:
+        if gate is not None:
+            return gate
+        fetch = self._fetch
+        if not fetch.known:
+            self._know(fetch)
+        return fetch
+
+    def _free_for(self, gate: ProviderGate) -> bool:
+        """A slot is free for ``gate`` now, and no call of its own waits for one."""
+        return (
+            self.external.borrowed_tokens < self._cap
+            and gate.held < self._limit
+            and not gate.waiters
+        )
+
+    def _take(self, gate: ProviderGate, borrower: object) -> None:
+        self.external.take(borrower)
+        gate.held += 1
+
+    def _untake(self, gate: ProviderGate, borrower: object) -> None:
+        self.external.give_back(borrower)
+        gate.held -= 1
 
     def try_acquire(self, gate: ProviderGate | None, borrower: object) -> bool:
         """Pass every gate now if none would make us wait (no checkpoint)."""
-        limiter = gate.limiter if gate is not None else None
-        bucket = gate.bucket if gate is not None else None
+        provider = self._resolve(gate)
+        if not self._free_for(provider):
+            return False
+        limiter = provider.limiter
         if limiter is not None:
             try:
                 limiter.acquire_on_behalf_of_nowait(borrower)
             except trio.WouldBlock:
                 return False
-        if (bucket is None or bucket.take_nowait()) and self._external_nowait(borrower):
-            return True
-        if limiter is not None:
-            limiter.release_on_behalf_of(borrower)
-        return False
-
-    def _external_nowait(self, borrower: object) -> bool:
-        try:
-            self.external.acquire_on_behalf_of_nowait(borrower)
-        except trio.WouldBlock:
+        bucket = provider.bucket
+        if bucket is not None and not bucket.take_nowait():
+            if limiter is not None:
+                limiter.release_on_behalf_of(borrower)
             return False
+        self._take(provider, borrower)
         return True
 
     async def acquire(self, gate: ProviderGate | None, borrower: object) -> None:
@@ -145,36 +287,90 @@ class Governor:
         """
         if self.try_acquire(gate, borrower):
             return
-        if gate is not None and gate.limiter is not None:
-            await gate.limiter.acquire_on_behalf_of(borrower)
+        provider = self._resolve(gate)
+        limiter = provider.limiter
+        if limiter is not None:
+            await limiter.acquire_on_behalf_of(borrower)
         try:
-            if gate is not None and gate.bucket is not None:
-                await gate.bucket.take()
-            await self.external.acquire_on_behalf_of(borrower)
+            if provider.bucket is not None:
+                await provider.bucket.take()
+            await self._slot(provider, borrower)
         except BaseException:
-            if gate is not None and gate.limiter is not None:
-                gate.limiter.release_on_behalf_of(borrower)
+            if limiter is not None:
+                limiter.release_on_behalf_of(borrower)
             raise
 
-    def acquire_or_queue(self, borrower: Any, granted: Callable[[Any], bool]) -> bool:
+    async def _slot(self, gate: ProviderGate, borrower: object) -> None:
+        """Wait in ``gate``'s queue for a global slot."""
+        if self._free_for(gate):
+            self._take(gate, borrower)
+            return
+        waiter = _Parked(borrower)
+        self._enqueue(gate, waiter)
+        await waiter.wait()
+
+    def acquire_or_queue(
+        self, borrower: Any, granted: Callable[[Any], bool], gate: ProviderGate | None = None
+    ) -> bool:
         """Take a global slot for ``borrower`` now (``True``), or queue for one.
 
-        For calls whose provider has no limits of its own. A queued borrower
-        gets the slot when one is released: ``granted(borrower)`` runs then,
-        and returns ``False`` if the slot is no longer wanted (it is released
-        again at once). Nothing waits in a task, so the owner wakes once.
+        For calls whose provider (``gate``; ``None`` for fetches) has no
+        limits of its own. A queued borrower gets the slot when one is free
+        for it: ``granted(borrower)`` runs then, and returns ``False`` if the
+        slot is no longer wanted (it goes to the next waiter at once). Nothing
+        waits in a task, so the owner wakes once.
         """
-        if not self._queued and self._external_nowait(borrower):
+        provider = self._resolve(gate)
+        if self._free_for(provider):
+            self._take(provider, borrower)
             return True
-        self._queued.append((borrower, granted))
+        self._enqueue(provider, _Queued(borrower, granted))
         return False
 
+    def _enqueue(self, gate: ProviderGate, waiter: _Waiter) -> None:
+        gate.waiters.append(waiter)
+        if gate.held < self._limit:
+            if not gate.ringed:
+                gate.ringed = True
+                self._ring.append(gate)
+            if self.external.borrowed_tokens < self._cap:
+                # Only a place left by a cancelled waiter kept it from the
+                # slot; serve the queue now rather than at the next release.
+                self._dispatch()
+
     def release(self, gate: ProviderGate | None, borrower: object) -> None:
-        self.external.release_on_behalf_of(borrower)
-        if gate is not None and gate.limiter is not None:
-            gate.limiter.release_on_behalf_of(borrower)
-        queued = self._queued
-        while queued and self._external_nowait(queued[0][0]):
-            waiter, granted = queued.popleft()
-            if not granted(waiter):
-                self.external.release_on_behalf_of(waiter)
+        provider = gate if gate is not None else self._fetch
+        self._untake(provider, borrower)
+        if provider.limiter is not None:
+            provider.limiter.release_on_behalf_of(borrower)
+        if provider.waiters and not provider.ringed:
+            # Below its share again: back in turn.
+            provider.ringed = True
+            self._ring.append(provider)
+        if self._ring:
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Give free slots to waiting providers in turn, each its first waiter."""
+        ring = self._ring
+        slots = self.external
+        while ring and slots.borrowed_tokens < self._cap:
+            gate = ring.popleft()
+            if not gate.waiters or gate.held >= self._limit:
+                # Nothing to give, or at its share: it is back in turn when
+                # one of its own slots is released.
+                gate.ringed = False
+                continue
+            waiter = gate.waiters.popleft()
+            self._take(gate, waiter.borrower)
+            if not waiter.grant():
+                self._untake(gate, waiter.borrower)
+                if gate.waiters:
+                    ring.appendleft(gate)  # its turn is not used up
+                else:
+                    gate.ringed = False
+                continue
+            if gate.waiters:
+                ring.append(gate)
+            else:
+                gate.ringed = False

@@ -20,6 +20,14 @@ def _positive(_instance: object, attribute: attrs.Attribute[Any], value: Any) ->
         )
 
 
+def _share(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 1:
+        raise ValueError(
+            f"{type(_instance).__name__}.{attribute.name} must be a fraction "
+            f"above 0 and at most 1, got {value!r}"
+        )
+
+
 def _non_negative(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
         raise ValueError(
@@ -34,6 +42,7 @@ class Limits:
     page_size: int = attrs.field(default=1000, validator=_positive)
     max_concurrent_rows: int = attrs.field(default=256, validator=_positive)
     max_concurrent_external_calls: int = attrs.field(default=64, validator=_positive)
+    max_provider_share: float = attrs.field(default=0.5, validator=_share)
     active_rows_budget_bytes: int = attrs.field(default=256 * MiB, validator=_positive)
     retained_rows_budget_bytes: int = attrs.field(default=16 * MiB, validator=_non_negative)
     writer_buffer_bytes: int = attrs.field(default=16 * MiB, validator=_positive)

@@ -58,9 +58,7 @@ def executions(log: Path) -> Counter[tuple[str, str]]:
     # Read while the workers append: only lines that end in a newline are
     # whole (a read may see half of a concurrent append).
     lines = log.read_text().split("\n")[:-1]
-    return Counter(
-        (entry["tool_id"], entry["idempotency_key"]) for entry in map(json.loads, lines)
-    )
+    return Counter((entry["tool_id"], entry["idempotency_key"]) for entry in map(json.loads, lines))
 
 
 def check_sheet(keys: list[str]) -> None:

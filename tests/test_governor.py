@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -316,3 +317,42 @@ async def test_a_cancelled_run_leaves_no_governor_slot_taken() -> None:
         result = await rt.run(play_over([{"i": 1000 + i} for i in range(50)]), {}, run_id="b")
         assert result.completed_count == 50
         assert rt.governor.external.borrowed_tokens == 0
+
+
+@pytest.mark.deadline(100)
+async def test_a_hung_provider_does_not_starve_a_healthy_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Issue 12, acceptance 1a. Default limits (64 global slots, no concurrency
+    # of its own for either provider): 200 rows on a provider that never
+    # answers come first, then 100 rows on a healthy one.
+    async def stuck(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep_forever()
+
+    async def fine(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep(0.05)
+        return {"ok": input["i"]}
+
+    registry = trioplay.ToolRegistry()
+    registry.add("stuck", stuck, provider="stuck")
+    registry.add("fine", fine, provider="fine")
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("stuck" if row["i"] < 200 else "fine", {"i": row["i"]})
+
+        rows = [{"i": i} for i in range(300)]
+        return await ctx.dataset("s", rows).with_column("x", resolver).run(key="i")
+
+    store = MemoryStore()
+    async with trioplay.open_runtime(store=store, tools=registry) as rt:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(rt.run, play, {}, run_id="r"))
+            await trio.sleep(1.0)
+            # The stuck provider holds its share of the slots (half), no more...
+            held = rt.governor.external.borrowed_tokens
+            nursery.cancel_scope.cancel()
+    assert held == 32
+    # ...and every healthy row committed within 1 s of virtual time.
+    assert (await store.count_rows("r", "s")).get("completed", 0) == 100

@@ -275,8 +275,8 @@ async def test_three_hung_rows_in_three_pages_do_not_stall_the_rest(
 
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        return await ctx.dataset("s", leads(5000)).with_column("email", find_email).run(
-            key="domain"
+        return (
+            await ctx.dataset("s", leads(5000)).with_column("email", find_email).run(key="domain")
         )
 
     progress: list[tuple[float, int]] = []
