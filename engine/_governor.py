@@ -5,8 +5,10 @@ its receipt is durably settled (so the concurrency bounds also bound decoded
 results waiting for their write):
 
 1. the provider's own concurrency (``ToolRegistry.tool(concurrency=...)``);
-2. the provider's rate (``Rate(n, per)``, a token bucket in Trio time), which
-   a rate-limit answer (``retry_after``) pauses;
+2. the provider's rate (``Rate(n, per)``, see :class:`RatePacer`), which a
+   rate-limit answer (``retry_after``) pauses: a call waits for its turn
+   before it asks for a global slot, and takes the turn when the slot is
+   granted, so the rate holds for the moments calls start;
 3. the global ``max_concurrent_external_calls``, shared by tools and fetches
    (every fetch counts as the one provider ``"fetch"``).
 
@@ -37,64 +39,55 @@ if TYPE_CHECKING:
     from ._tools import Rate
 
 
-# A token a rounding error short of whole is whole: otherwise the wait for the
-# missing 1e-16 of a token rounds to no time at all and the waiter spins.
-_WHOLE = 1 - 1e-9
+# A turn a rounding error away has come: the clock may land a hair short of
+# the deadline it jumped to, and waiting again for that hair would spin.
+_EPSILON = 1e-10
 
 
-class TokenBucket:
-    """``Rate(n, per)``: ``capacity`` tokens, refilled at ``n / per`` per second.
+class RatePacer:
+    """``Rate(n, per)`` as a generic cell rate algorithm, in Trio time.
 
-    Waiters are served in arrival order (a Trio lock is FIFO).
+    The next call may start at the *theoretical arrival time* ``tat`` (less
+    ``burst - 1`` intervals of tolerance); each call moves ``tat`` on by one
+    interval, ``per / n``, from its own start. Without a burst no two calls
+    start closer than an interval, so no window of ``per`` seconds holds more
+    than ``n``. ``lock`` queues the calls that must wait, in arrival order.
     """
 
     def __init__(self, rate: Rate) -> None:
         self.rate = rate
-        self._capacity = rate.capacity
-        self._interval = rate.per / rate.n
-        self._tokens = self._capacity
-        self._updated = trio.current_time()
-        self._paused_until = -math.inf
-        self._lock = trio.Lock()
+        self._interval = rate.interval
+        self._tolerance = ((rate.burst or 1) - 1) * self._interval
+        self._tat = -math.inf
+        self.lock = trio.Lock()
 
-    def _refill(self, now: float) -> None:
-        elapsed = now - self._updated
-        if elapsed > 0:
-            self._tokens = min(self._capacity, self._tokens + elapsed / self._interval)
-            self._updated = now
+    def _ready(self, now: float) -> bool:
+        return now >= self._tat - self._tolerance - _EPSILON
 
-    async def take(self) -> None:
-        async with self._lock:
-            while True:
-                now = trio.current_time()
-                if now < self._paused_until:
-                    await trio.sleep_until(self._paused_until)
-                    continue
-                self._refill(now)
-                if self._tokens >= _WHOLE:
-                    self._tokens = max(0.0, self._tokens - 1)
-                    return
-                await trio.sleep_until(now + (1 - self._tokens) * self._interval)
+    def take_now(self) -> bool:
+        """Take this instant's turn if it has come (the caller holds ``lock``)."""
+        now = trio.current_time()
+        if not self._ready(now):
+            return False
+        self._tat = max(self._tat, now) + self._interval
+        return True
 
     def take_nowait(self) -> bool:
-        """Take a token if one is there and nobody is queued or paused."""
-        if self._lock.locked():
-            return False
-        now = trio.current_time()
-        if now < self._paused_until:
-            return False
-        self._refill(now)
-        if self._tokens >= _WHOLE:
-            self._tokens = max(0.0, self._tokens - 1)
-            return True
-        return False
+        """Take a turn now if one has come and no call is queued for one."""
+        return not self.lock.locked() and self.take_now()
+
+    async def wait_ready(self) -> None:
+        """Wait until a turn has come, without taking it (the caller holds ``lock``)."""
+        while True:
+            if self._ready(trio.current_time()):
+                return
+            # The tat moves only later (a pause), so this sleep is no poll.
+            await trio.sleep_until(self._tat - self._tolerance)
 
     def pause(self, seconds: float) -> None:
-        """Take no call for ``seconds`` (a provider said ``retry_after``); drop saved burst."""
-        now = trio.current_time()
-        self._paused_until = max(self._paused_until, now + seconds)
-        self._tokens = 0
-        self._updated = max(self._updated, self._paused_until)
+        """No call for ``seconds`` (a provider said ``retry_after``), then start without burst."""
+        until = trio.current_time() + seconds
+        self._tat = max(self._tat, until + self._interval + self._tolerance)
 
 
 class ProviderGate:
@@ -105,7 +98,7 @@ class ProviderGate:
     def __init__(self, name: str, rate: Rate | None, concurrency: int | None) -> None:
         self.name = name
         self.limiter = trio.CapacityLimiter(concurrency) if concurrency else None
-        self.bucket = TokenBucket(rate) if rate else None
+        self.bucket = RatePacer(rate) if rate else None
         self.held = 0  # global slots held by its calls
         self.known = False  # counted among the providers called in this runtime
         # Its calls waiting for a global slot, first come first served, and
@@ -292,9 +285,21 @@ class Governor:
         if limiter is not None:
             await limiter.acquire_on_behalf_of(borrower)
         try:
-            if provider.bucket is not None:
-                await provider.bucket.take()
-            await self._slot(provider, borrower)
+            pacer = provider.bucket
+            if pacer is None:
+                await self._slot(provider, borrower)
+                return
+            # Wait for the turn without a global slot, then for the slot; the
+            # turn is taken when the slot is granted, so the rate counts call
+            # starts. Holding the lock, no other call of ours takes the turn
+            # meanwhile; only a pause can (then we give the slot back).
+            async with pacer.lock:
+                while True:
+                    await pacer.wait_ready()
+                    await self._slot(provider, borrower)
+                    if pacer.take_now():
+                        return
+                    self._give_back(provider, borrower)
         except BaseException:
             if limiter is not None:
                 limiter.release_on_behalf_of(borrower)
@@ -340,13 +345,17 @@ class Governor:
 
     def release(self, gate: ProviderGate | None, borrower: object) -> None:
         provider = gate if gate is not None else self._fetch
-        self._untake(provider, borrower)
+        self._give_back(provider, borrower)
         if provider.limiter is not None:
             provider.limiter.release_on_behalf_of(borrower)
-        if provider.waiters and not provider.ringed:
+
+    def _give_back(self, gate: ProviderGate, borrower: object) -> None:
+        """Return ``borrower``'s global slot and hand free slots on."""
+        self._untake(gate, borrower)
+        if gate.waiters and not gate.ringed:
             # Below its share again: back in turn.
-            provider.ringed = True
-            self._ring.append(provider)
+            gate.ringed = True
+            self._ring.append(gate)
         if self._ring:
             self._dispatch()
 

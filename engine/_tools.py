@@ -9,6 +9,7 @@ for many rows (an exception in the list fails only that member).
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -38,25 +39,44 @@ class FetchFunction(Protocol):
 
 @attrs.frozen
 class Rate:
-    """At most ``n`` provider calls every ``per`` seconds (with a burst of ``burst``).
+    """At most ``n`` provider calls in any window of ``per`` seconds.
 
-    ``burst`` defaults to ``n``: a provider idle for ``per`` seconds may take
-    ``n`` calls at once, then one every ``per / n`` seconds.
+    The calls of a provider are spaced ``per / n`` seconds apart, counted from
+    the moment each is admitted (a generic cell rate algorithm), so the rate
+    holds in *every* window of ``per`` seconds, the first one included, and
+    also for calls that waited for a global slot.
+
+    ``burst`` is an explicit opt-in that **exceeds** the rate: a provider that
+    was idle may take up to ``burst`` calls at once, and a window of ``per``
+    seconds may then hold up to ``n + burst - 1`` calls. Use it only for a
+    provider that tolerates short bursts. The default (``None``) is no burst.
     """
 
     n: float
     per: float = 1.0
-    burst: float | None = None
+    burst: int | None = None
 
     def __attrs_post_init__(self) -> None:
-        if self.n <= 0 or self.per <= 0:
-            raise ValueError(f"Rate needs positive n and per, got Rate({self.n}, per={self.per})")
-        if self.burst is not None and self.burst < 1:
-            raise ValueError(f"Rate burst must be at least 1, got {self.burst}")
+        for name in ("n", "per"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0 < value < math.inf:
+                raise ValueError(f"Rate.{name} must be a positive finite number, got {value!r}")
+        burst = self.burst
+        if burst is not None and (not _is_whole(burst) or burst < 1):
+            raise ValueError(f"Rate.burst must be a whole number of at least 1, got {burst!r}")
 
     @property
-    def capacity(self) -> float:
-        return self.burst if self.burst is not None else max(1.0, self.n)
+    def interval(self) -> float:
+        """Seconds between two calls: ``per / n``."""
+        return self.per / self.n
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @attrs.frozen

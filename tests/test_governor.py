@@ -356,3 +356,77 @@ async def test_a_hung_provider_does_not_starve_a_healthy_one(
     assert held == 32
     # ...and every healthy row committed within 1 s of virtual time.
     assert (await store.count_rows("r", "s")).get("completed", 0) == 100
+
+
+def rate_play(calls: int, tool: str = "t") -> Any:
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(calls):
+                nursery.start_soon(ctx.tool, tool, {"i": i})
+
+    return play
+
+
+@pytest.mark.deadline(100)
+async def test_a_rate_holds_in_every_window_the_first_included(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Issue 12, acceptance 1c: Rate(20, per=1) over 200 calls, no 1 s window
+    # holds more than 20 (a full bucket and its refill let 39 through).
+    probe = Probe()
+    registry = trioplay.ToolRegistry()
+    registry.add("t", probe.tool("acme", 0.0), rate=trioplay.Rate(20, per=1.0))
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry) as rt:
+        await rt.run(rate_play(200), {}, run_id="r")
+    starts = probe.starts["acme"]
+    assert len(starts) == 200
+    assert max_in_window(starts, 1.0) == 20
+    # Spread evenly: one call every 50 ms, 200 calls in about 10 s.
+    assert starts[-1] - starts[0] == pytest.approx(199 * 0.05)
+
+
+@pytest.mark.deadline(100)
+async def test_a_rate_holds_for_calls_that_waited_for_a_global_slot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The rate counts call starts: calls that queued behind another provider
+    # for the global slots do not all start at once when the slots free up.
+    probe = Probe()
+    registry = trioplay.ToolRegistry()
+    registry.add("hog", probe.tool("hog", 5.0), provider="hog")
+    registry.add("t", probe.tool("acme", 0.0), provider="acme", rate=trioplay.Rate(5, per=1.0))
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(ctx.tool, "hog", {"i": i})
+            await trio.sleep(0.1)  # the hog holds every slot from here to t = 5
+            for i in range(40):
+                nursery.start_soon(ctx.tool, "t", {"i": i})
+
+    limits = trioplay.Limits(max_concurrent_external_calls=4, max_provider_share=1.0)
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry, limits=limits) as rt:
+        await rt.run(play, {}, run_id="r")
+    starts = probe.starts["acme"]
+    assert len(starts) == 40
+    assert min(starts) >= 5.0
+    assert max_in_window(starts, 1.0) == 5
+
+
+@pytest.mark.deadline(100)
+async def test_burst_is_an_opt_in_that_exceeds_the_rate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Rate(5, per=1, burst=3): an idle provider takes 3 calls at once, then one
+    # every 0.2 s; a window of 1 s may then hold up to n + burst - 1 = 7.
+    probe = Probe()
+    registry = trioplay.ToolRegistry()
+    registry.add("t", probe.tool("acme", 0.0), rate=trioplay.Rate(5, per=1.0, burst=3))
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry) as rt:
+        await rt.run(rate_play(30), {}, run_id="r")
+    starts = sorted(probe.starts["acme"])
+    first = starts[0]
+    assert [round(at - first, 3) for at in starts[:5]] == [0.0, 0.0, 0.0, 0.2, 0.4]
+    assert max_in_window(starts, 1.0) == 7
