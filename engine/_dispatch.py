@@ -850,13 +850,10 @@ class Dispatcher:
         self._settle(owned, results)
         return None
 
-    @staticmethod
-    def _slow_down(call: _Call, error: ProviderTransientError) -> None:
-        """A rate-limit answer with ``retry_after`` pauses the provider's rate bucket."""
-        gate = call.gate
-        if error.category == "rate_limit" and error.retry_after and gate is not None:
-            if gate.bucket is not None:
-                gate.bucket.pause(error.retry_after)
+    def _slow_down(self, call: _Call, error: ProviderTransientError) -> None:
+        """A rate-limit answer with ``retry_after`` pauses the provider, rate or not."""
+        if error.category == "rate_limit" and error.retry_after:
+            self._governor.slow_down(call.gate, error.retry_after)
 
     def _classify(self, call: _Call, error: BaseException) -> tuple[BaseException, bool]:
         """The error a caller sees, and whether its receipt records it as failed."""
@@ -958,10 +955,10 @@ class Dispatcher:
         _wake(call)
 
     @staticmethod
-    def _granted(call: _Call) -> bool:
+    def _granted(call: _Call, slot: bool = True) -> bool:
         if call.delivered:
             return False  # its owner is gone: the governor takes the slot back
-        call.slotted = True
+        call.slotted = slot  # without a slot (paused provider): it waits in _execute
         _wake(call)
         return True
 

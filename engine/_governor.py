@@ -29,14 +29,20 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ._tools import Rate
+
+
+class Granted(Protocol):
+    """``granted(borrower)``: the borrower has its slot now; ``granted(borrower, False)``:
+    no slot, wait for it in a task of your own (:meth:`Governor.acquire`). Returns
+    ``False`` when the borrower no longer wants it."""
+
+    def __call__(self, borrower: Any, slot: bool = ..., /) -> bool: ...
 
 
 # A turn a rounding error away has come: the clock may land a hair short of
@@ -93,7 +99,17 @@ class RatePacer:
 class ProviderGate:
     """One provider: its own limits, the global slots it holds and its queue for more."""
 
-    __slots__ = ("bucket", "held", "known", "limiter", "name", "ringed", "waiters")
+    __slots__ = (
+        "bucket",
+        "held",
+        "known",
+        "limiter",
+        "name",
+        "paused",
+        "resume_at",
+        "ringed",
+        "waiters",
+    )
 
     def __init__(self, name: str, rate: Rate | None, concurrency: int | None) -> None:
         self.name = name
@@ -105,6 +121,25 @@ class ProviderGate:
         # whether it has its place in the governor's round robin.
         self.waiters: collections.deque[_Waiter] = collections.deque()
         self.ringed = False
+        # A rate-limit answer pauses it until resume_at (paused: maybe still).
+        self.paused = False
+        self.resume_at = -math.inf
+
+    def is_paused(self) -> bool:
+        """Paused now? (Reads the clock only for a provider that was paused.)"""
+        if not self.paused:
+            return False
+        if trio.current_time() < self.resume_at - _EPSILON:
+            return True
+        self.paused = False
+        return False
+
+    async def wait_unpaused(self) -> None:
+        while True:
+            if not self.is_paused():
+                return
+            # resume_at only moves later (another pause), so this is no poll.
+            await trio.sleep_until(self.resume_at)
 
 
 class GlobalSlots:
@@ -136,14 +171,19 @@ class GlobalSlots:
 
 
 class _Waiter:
-    """A call waiting for a global slot; ``grant()`` gives it one (``False``: not wanted)."""
+    """A call waiting for a global slot.
+
+    ``grant()`` gives it the slot; ``grant(slot=False)`` sends it away
+    without one, to wait in a task of its own (its provider was paused).
+    Either returns ``False`` when the call is no longer there.
+    """
 
     __slots__ = ("borrower",)
 
     def __init__(self, borrower: object) -> None:
         self.borrower = borrower
 
-    def grant(self) -> bool:
+    def grant(self, slot: bool = True) -> bool:
         raise NotImplementedError
 
 
@@ -152,36 +192,40 @@ class _Queued(_Waiter):
 
     __slots__ = ("granted",)
 
-    def __init__(self, borrower: Any, granted: Callable[[Any], bool]) -> None:
+    def __init__(self, borrower: Any, granted: Granted) -> None:
         super().__init__(borrower)
         self.granted = granted
 
-    def grant(self) -> bool:
-        return self.granted(self.borrower)
+    def grant(self, slot: bool = True) -> bool:
+        if slot:
+            return self.granted(self.borrower)
+        return self.granted(self.borrower, False)
 
 
 class _Parked(_Waiter):
-    """A task parked in :meth:`Governor.acquire` until it is granted a slot."""
+    """A task parked in :meth:`Governor.acquire` until it is granted a slot (or sent away)."""
 
-    __slots__ = ("gone", "granted", "task")
+    __slots__ = ("gone", "granted", "task", "woken")
 
     def __init__(self, borrower: object) -> None:
         super().__init__(borrower)
         self.task: trio.lowlevel.Task | None = None
+        self.woken = False
         self.granted = False
         self.gone = False  # cancelled while it waited: its place is skipped
 
-    def grant(self) -> bool:
+    def grant(self, slot: bool = True) -> bool:
         if self.gone:
             return False
-        self.granted = True
+        self.woken = True
+        self.granted = slot
         task, self.task = self.task, None
         if task is not None:
             trio.lowlevel.reschedule(task)
         return True
 
     async def wait(self) -> None:
-        if self.granted:
+        if self.woken:
             return
 
         def abort(_: object) -> trio.lowlevel.Abort:
@@ -241,6 +285,7 @@ class Governor:
             self.external.borrowed_tokens < self._cap
             and gate.held < self._limit
             and not gate.waiters
+            and not gate.is_paused()
         )
 
     def _take(self, gate: ProviderGate, borrower: object) -> None:
@@ -287,16 +332,20 @@ class Governor:
         try:
             pacer = provider.bucket
             if pacer is None:
-                await self._slot(provider, borrower)
-                return
+                while True:
+                    await provider.wait_unpaused()
+                    if await self._slot(provider, borrower):
+                        return
             # Wait for the turn without a global slot, then for the slot; the
             # turn is taken when the slot is granted, so the rate counts call
             # starts. Holding the lock, no other call of ours takes the turn
             # meanwhile; only a pause can (then we give the slot back).
             async with pacer.lock:
                 while True:
+                    await provider.wait_unpaused()
                     await pacer.wait_ready()
-                    await self._slot(provider, borrower)
+                    if not await self._slot(provider, borrower):
+                        continue
                     if pacer.take_now():
                         return
                     self._give_back(provider, borrower)
@@ -305,17 +354,18 @@ class Governor:
                 limiter.release_on_behalf_of(borrower)
             raise
 
-    async def _slot(self, gate: ProviderGate, borrower: object) -> None:
-        """Wait in ``gate``'s queue for a global slot."""
+    async def _slot(self, gate: ProviderGate, borrower: object) -> bool:
+        """Wait in ``gate``'s queue for a global slot; ``False``: sent away by a pause."""
         if self._free_for(gate):
             self._take(gate, borrower)
-            return
+            return True
         waiter = _Parked(borrower)
         self._enqueue(gate, waiter)
         await waiter.wait()
+        return waiter.granted
 
     def acquire_or_queue(
-        self, borrower: Any, granted: Callable[[Any], bool], gate: ProviderGate | None = None
+        self, borrower: Any, granted: Granted, gate: ProviderGate | None = None
     ) -> bool:
         """Take a global slot for ``borrower`` now (``True``), or queue for one.
 
@@ -323,12 +373,18 @@ class Governor:
         limits of its own. A queued borrower gets the slot when one is free
         for it: ``granted(borrower)`` runs then, and returns ``False`` if the
         slot is no longer wanted (it goes to the next waiter at once). Nothing
-        waits in a task, so the owner wakes once.
+        waits in a task, so the owner wakes once. While the provider is
+        paused (:meth:`slow_down`) the borrower is sent away instead, now or
+        when the pause begins: ``granted(borrower, False)``, and its owner
+        waits in :meth:`acquire`.
         """
         provider = self._resolve(gate)
         if self._free_for(provider):
             self._take(provider, borrower)
             return True
+        if provider.is_paused():
+            granted(borrower, False)
+            return False
         self._enqueue(provider, _Queued(borrower, granted))
         return False
 
@@ -342,6 +398,28 @@ class Governor:
                 # Only a place left by a cancelled waiter kept it from the
                 # slot; serve the queue now rather than at the next release.
                 self._dispatch()
+
+    def slow_down(self, gate: ProviderGate | None, retry_after: float) -> None:
+        """A rate-limit answer: start no call of ``gate``'s provider for ``retry_after`` seconds.
+
+        Every provider pauses, whether or not it declared a rate; its rate's
+        pace starts again one interval after the pause, without burst. Calls
+        already queued for a slot are sent away to wait out the pause in
+        their own tasks (a pause needs a clock, and only a task has one).
+        Fetches (``gate=None``) are not paused: their answers are returned
+        to the play as they are.
+        """
+        if gate is None or not 0 < retry_after < math.inf:
+            return
+        resume_at = trio.current_time() + retry_after
+        if resume_at > gate.resume_at:
+            gate.resume_at = resume_at
+        gate.paused = True
+        if gate.bucket is not None:
+            gate.bucket.pause(retry_after)
+        waiters, gate.waiters = gate.waiters, collections.deque()
+        for waiter in waiters:
+            waiter.grant(slot=False)
 
     def release(self, gate: ProviderGate | None, borrower: object) -> None:
         provider = gate if gate is not None else self._fetch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -430,3 +431,90 @@ async def test_burst_is_an_opt_in_that_exceeds_the_rate(
     first = starts[0]
     assert [round(at - first, 3) for at in starts[:5]] == [0.0, 0.0, 0.0, 0.2, 0.4]
     assert max_in_window(starts, 1.0) == 7
+
+
+@pytest.mark.deadline(100)
+async def test_a_rate_limit_answer_pauses_a_provider_without_a_rate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Issue 12, acceptance 1d: a 429 with Retry-After 10 s from a provider
+    # without rate=: no call to it for 10 s, other providers unaffected.
+    starts: dict[str, list[float]] = {"a": [], "b": []}
+
+    async def limited(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        starts["a"].append(trio.current_time())
+        if len(starts["a"]) == 1:
+            raise trioplay.ProviderTransientError("rate_limit", "429", retry_after=10.0)
+        return input
+
+    async def other(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        starts["b"].append(trio.current_time())
+        return input
+
+    registry = trioplay.ToolRegistry()
+    registry.add("a", limited, provider="a")
+    registry.add("b", other, provider="b")
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> None:
+        async def both(k: int) -> None:
+            await trio.sleep(k)
+            with contextlib.suppress(trioplay.ProviderTransientError):
+                await ctx.tool("a", {"k": k})
+            await ctx.tool("b", {"k": k})
+
+        async with trio.open_nursery() as nursery:
+            for k in range(15):
+                nursery.start_soon(both, k)
+
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry) as rt:
+        start = trio.current_time()
+        await rt.run(play, {}, run_id="r")
+    a = [round(at - start, 3) for at in starts["a"]]
+    b = [round(at - start, 3) for at in starts["b"]]
+    # The first call at 0 s (after the lane window) was answered 429: the
+    # calls of 1 s to 9 s wait for the pause to end at 10.005 s.
+    assert a == [0.005] + [10.005] * 10 + [11.005, 12.005, 13.005, 14.005]
+    # The other provider went on: each call right after its lane window
+    # (or right after the paused call it follows).
+    assert b[0] == 0.01
+    assert b[10:] == [10.01, 11.01, 12.01, 13.01, 14.01]
+    assert len(b) == 15
+
+
+@pytest.mark.deadline(100)
+async def test_a_rate_limit_answer_pauses_calls_already_queued_for_a_slot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Two slots: the first call holds one for 1 s, the second is answered 429
+    # (retry after 10 s) at 0.5 s; four more calls queued for a slot meanwhile
+    # must not start when the slots free up, only once the pause is over.
+    starts: list[float] = []
+
+    async def limited(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        starts.append(trio.current_time())
+        if len(starts) == 1:
+            await trio.sleep(1.0)
+        elif len(starts) == 2:
+            await trio.sleep(0.5)
+            raise trioplay.ProviderTransientError("rate_limit", "429", retry_after=10.0)
+        return input
+
+    registry = trioplay.ToolRegistry()
+    registry.add("a", limited)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> None:
+        async def one(i: int) -> None:
+            with contextlib.suppress(trioplay.ProviderTransientError):
+                await ctx.tool("a", {"i": i})
+
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(one, i)
+
+    limits = trioplay.Limits(max_concurrent_external_calls=2)
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry, limits=limits) as rt:
+        start = trio.current_time()
+        await rt.run(play, {}, run_id="r")
+    assert [round(at - start, 3) for at in starts] == [0.005, 0.005] + [10.505] * 2 + [10.505] * 2
