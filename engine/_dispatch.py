@@ -59,6 +59,7 @@ from ._errors import (
 )
 from ._json import canonical_json, dumps, loads
 from ._owner import owner_is_dead
+from ._phase import calling
 from ._records import (
     Claimed,
     ClaimOutcome,
@@ -75,6 +76,7 @@ from ._tools import BatchFunction, FetchFunction, ToolCall, ToolRegistry, ToolSp
 if TYPE_CHECKING:
     from ._governor import Governor, ProviderGate
     from ._limits import Limits
+    from ._phase import RowPhase
     from ._store import Store
 
 Execute = Callable[[ToolCall], Awaitable[Any]]
@@ -119,6 +121,7 @@ class _Call:
         "receipt_wait",
         "record_failures",
         "retries",
+        "row",
         "scope",
         "settling",
         "size",
@@ -146,6 +149,7 @@ class _Call:
         receipt_wait: float | None = None,
         record_failures: bool = True,
         retries: int = 0,
+        row: RowPhase | None = None,
     ) -> None:
         self.operation = operation
         self.name = name
@@ -161,6 +165,7 @@ class _Call:
         self.receipt_wait = receipt_wait
         self.record_failures = record_failures
         self.retries = retries
+        self.row = row  # the map row whose task makes the call (stall phases)
         self.delivered = False  # the result (or error) is in value (or error)
         self.followers: trio.Event | None = None  # set on delivery, for identical calls
         # Its owner waits (parked) until the call is delivered or is its to run.
@@ -470,6 +475,7 @@ class Dispatcher:
             timeout=timeout if timeout is not None else spec.timeout,
             receipt_wait=receipt_wait,
             retries=spec.retries,
+            row=calling(tool_id, spec.provider),
         )
         self._inflight[key] = call
         lane = self._lanes.get(tool_id)
@@ -510,6 +516,7 @@ class Dispatcher:
             timeout=timeout,
             receipt_wait=receipt_wait,
             record_failures=record_failures,
+            row=calling("fetch", "fetch") if kind == "fetch" else None,
         )
         self._inflight[key] = call
         try:
@@ -542,6 +549,8 @@ class Dispatcher:
             if call.slotted:  # admitted, but never executed
                 call.slotted = False
                 self._release_slot((call.gate, call))
+            if call.row is not None:
+                call.row.called()
             if lease is not None:
                 await self._release_shielded([lease])
         return self._outcome(call)
@@ -756,7 +765,9 @@ class Dispatcher:
                 first.slotted = False  # taken for us by _admit; ours to release now
             elif gated:
                 try:
-                    await self._governor.acquire(first.gate, first)
+                    await self._governor.acquire(
+                        first.gate, first, first.row if batch is None else None
+                    )
                 except trio.Cancelled:
                     await self._release_shielded(_leases(owned))
                     raise
@@ -949,7 +960,7 @@ class Dispatcher:
         gate = call.gate
         unlimited = gate is None or (gate.limiter is None and gate.bucket is None)
         if call.kind != "local" and unlimited:
-            if not self._governor.acquire_or_queue(call, self._granted, gate):
+            if not self._governor.acquire_or_queue(call, self._granted, gate, call.row):
                 return
             call.slotted = True
         _wake(call)

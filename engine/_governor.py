@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 if TYPE_CHECKING:
+    from ._phase import RowPhase
     from ._tools import Rate
 
 
@@ -190,13 +191,16 @@ class _Waiter:
 class _Queued(_Waiter):
     """A borrower without a task waiting for it (see :meth:`Governor.acquire_or_queue`)."""
 
-    __slots__ = ("granted",)
+    __slots__ = ("granted", "row")
 
-    def __init__(self, borrower: Any, granted: Granted) -> None:
+    def __init__(self, borrower: Any, granted: Granted, row: RowPhase | None) -> None:
         super().__init__(borrower)
         self.granted = granted
+        self.row = row
 
     def grant(self, slot: bool = True) -> bool:
+        if self.row is not None:
+            self.row.enter("resolver")
         if slot:
             return self.granted(self.borrower)
         return self.granted(self.borrower, False)
@@ -315,17 +319,29 @@ class Governor:
         self._take(provider, borrower)
         return True
 
-    async def acquire(self, gate: ProviderGate | None, borrower: object) -> None:
+    async def acquire(
+        self, gate: ProviderGate | None, borrower: object, row: RowPhase | None = None
+    ) -> None:
         """Pass every gate on behalf of ``borrower``; on cancellation nothing stays held.
 
         The slot belongs to ``borrower``, not to the calling task, so another
         task (the settler, once the receipt is written) may release it. The
         uncontended case returns without a scheduler round trip: on the hot
-        path of a map every avoided checkpoint is throughput.
+        path of a map every avoided checkpoint is throughput. While it
+        waits, ``row`` (the map row the call is for, if any) is in phase
+        ``governor``.
         """
         if self.try_acquire(gate, borrower):
             return
-        provider = self._resolve(gate)
+        if row is not None:
+            row.enter("governor")
+        try:
+            await self._acquire_waiting(self._resolve(gate), borrower)
+        finally:
+            if row is not None:
+                row.enter("resolver")
+
+    async def _acquire_waiting(self, provider: ProviderGate, borrower: object) -> None:
         limiter = provider.limiter
         if limiter is not None:
             await limiter.acquire_on_behalf_of(borrower)
@@ -365,7 +381,11 @@ class Governor:
         return waiter.granted
 
     def acquire_or_queue(
-        self, borrower: Any, granted: Granted, gate: ProviderGate | None = None
+        self,
+        borrower: Any,
+        granted: Granted,
+        gate: ProviderGate | None = None,
+        row: RowPhase | None = None,
     ) -> bool:
         """Take a global slot for ``borrower`` now (``True``), or queue for one.
 
@@ -376,7 +396,8 @@ class Governor:
         waits in a task, so the owner wakes once. While the provider is
         paused (:meth:`slow_down`) the borrower is sent away instead, now or
         when the pause begins: ``granted(borrower, False)``, and its owner
-        waits in :meth:`acquire`.
+        waits in :meth:`acquire`. While it is queued, ``row`` (the map row
+        the call is for, if any) is in phase ``governor``.
         """
         provider = self._resolve(gate)
         if self._free_for(provider):
@@ -385,7 +406,9 @@ class Governor:
         if provider.is_paused():
             granted(borrower, False)
             return False
-        self._enqueue(provider, _Queued(borrower, granted))
+        if row is not None:
+            row.enter("governor")
+        self._enqueue(provider, _Queued(borrower, granted, row))
         return False
 
     def _enqueue(self, gate: ProviderGate, waiter: _Waiter) -> None:

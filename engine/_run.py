@@ -21,6 +21,7 @@ from ._dispatch import Dispatcher, local_executor
 from ._errors import PlayDefinitionError
 from ._events import RuntimeEvent, deliver
 from ._json import digest
+from ._phase import current_row
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -102,15 +103,23 @@ class RunServices:
         )
 
         async def execute(_call: ToolCall) -> Any:
-            response = await fetcher.fetch(
-                url,
-                method=method,
-                headers=headers,
-                json=json,
-                content=content,
-                auth=auth,
-                timeouts=timeouts,
-            )
+            # Admitted: from here on the row (if any) is in phase "fetch".
+            row = current_row()
+            if row is not None:
+                row.enter("fetch")
+            try:
+                response = await fetcher.fetch(
+                    url,
+                    method=method,
+                    headers=headers,
+                    json=json,
+                    content=content,
+                    auth=auth,
+                    timeouts=timeouts,
+                )
+            finally:
+                if row is not None:
+                    row.enter("resolver")
             return response.to_record()
 
         record = await self.receipts.run_effect(
