@@ -9,13 +9,13 @@ for many rows (an exception in the list fails only that member).
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import attrs
 
 from ._errors import PlayDefinitionError, UnknownToolError
+from ._limits import COUNT, COUNT_OR_ZERO, NUMBER, SECONDS, Accepts
 
 if TYPE_CHECKING:
     from ._fetch import FetchResponse
@@ -52,31 +52,16 @@ class Rate:
     provider that tolerates short bursts. The default (``None``) is no burst.
     """
 
-    n: float
-    per: float = 1.0
-    burst: int | None = None
-
-    def __attrs_post_init__(self) -> None:
-        for name in ("n", "per"):
-            value = getattr(self, name)
-            if not _is_number(value) or not 0 < value < math.inf:
-                raise ValueError(f"Rate.{name} must be a positive finite number, got {value!r}")
-        burst = self.burst
-        if burst is not None and (not _is_whole(burst) or burst < 1):
-            raise ValueError(f"Rate.burst must be a whole number of at least 1, got {burst!r}")
+    n: float = attrs.field(validator=NUMBER.validator)
+    per: float = attrs.field(default=1.0, validator=NUMBER.validator)
+    burst: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(COUNT.validator)
+    )
 
     @property
     def interval(self) -> float:
         """Seconds between two calls: ``per / n``."""
         return self.per / self.n
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @attrs.frozen
@@ -181,10 +166,16 @@ class ToolRegistry:
             raise PlayDefinitionError(
                 f"tool {tool_id!r} must be an async function (input, call) -> result"
             )
-        if concurrency is not None and concurrency < 1:
-            raise PlayDefinitionError(f"tool {tool_id!r}: concurrency must be at least 1")
-        if retries < 0:
-            raise PlayDefinitionError(f"tool {tool_id!r}: retries must be zero or more")
+        checks: tuple[tuple[str, object, Accepts], ...] = (
+            ("concurrency", concurrency, COUNT),
+            ("batch_max", batch_max, COUNT),
+            ("timeout", timeout, SECONDS),
+            ("retries", retries, COUNT_OR_ZERO),
+        )
+        for name, value, accepts in checks:
+            problem = None if value is None else accepts.problem(value)
+            if problem is not None:
+                raise PlayDefinitionError(f"tool {tool_id!r}: {name} {problem}")
         spec = ToolSpec(
             tool_id=tool_id,
             fn=fn,
