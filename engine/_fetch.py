@@ -16,12 +16,13 @@ what ends it, the error says ``phase="total"``. An expired deadline raises
 ``trio.Cancelled`` and is never reported as a timeout. The response is closed
 (its connection dropped) whatever goes wrong.
 
-Transport failures before the response head (connect errors, resets) are
+Transport failures (connect errors, resets, a body that breaks off) are
 retried for GET, HEAD and OPTIONS: ``Limits.fetch_retry_attempts`` attempts,
 sleeping ``fetch_retry_delay × attempt`` in between, inside the total
 deadline. Other methods get one attempt, since the server may have acted on
 the request. Redirects are followed by hand (at most 10), each hop's
-destination vetted again by :mod:`._egress`.
+destination vetted again by :mod:`._egress`. Closing a response is bounded
+too, and never outlasts the total deadline.
 """
 
 from __future__ import annotations
@@ -407,18 +408,20 @@ class Fetcher:
 
     async def _follow(self, outgoing: _Outgoing, deadlines: _Deadlines) -> FetchResponse:
         for _hop in range(MAX_REDIRECTS + 1):
-            response = await self._send(outgoing, deadlines)
-            try:
-                next_hop = _redirect(outgoing, response)
-                if next_hop is None:
-                    body = await self._read_body(response, deadlines)
-                    return self._finish(response, body)
-            finally:
-                await self._close(response)
+            response, body, next_hop = await self._hop(outgoing, deadlines)
+            if next_hop is None:
+                return self._finish(response, body)
             outgoing = next_hop
         raise FetchError(f"more than {MAX_REDIRECTS} redirects, last to {_describe(outgoing.url)}")
 
-    async def _send(self, outgoing: _Outgoing, deadlines: _Deadlines) -> httpx.Response:
+    async def _hop(
+        self, outgoing: _Outgoing, deadlines: _Deadlines
+    ) -> tuple[httpx.Response, bytes, _Outgoing | None]:
+        """Send one hop's request and read its body (none for a redirect: its next hop).
+
+        One attempt is the request and its body: a transport failure in
+        either is tried again for an idempotent method.
+        """
         request = self._client.build_request(
             outgoing.method, outgoing.url, headers=outgoing.wire_headers(), content=outgoing.body
         )
@@ -427,24 +430,36 @@ class Fetcher:
         attempt = 0
         while True:
             attempt += 1
+            reading = False
             try:
                 with deadlines.phase("headers"):
                     if destination is None:
                         destination = await self._policy.vet(outgoing.url, self._resolve)
                     with pinned(destination):
                         response = await self._client.send(request, stream=True)
-                return response
+                try:
+                    next_hop = _redirect(outgoing, response)
+                    reading = next_hop is None
+                    body = await self._read_body(response, deadlines) if reading else b""
+                finally:
+                    await self._close(response, deadlines)
+                return response, body, next_hop
             except httpx.TransportError as exc:
                 if attempt >= attempts or not isinstance(exc, _RETRYABLE):
+                    what = (
+                        f"reading the body of {_describe(outgoing.url)}"
+                        if reading
+                        else f"{outgoing.method} {_describe(outgoing.url)}"
+                    )
                     raise FetchError(
                         self.redact(
-                            f"{outgoing.method} {_describe(outgoing.url)} failed after "
-                            f"{attempt} attempt(s): {type(exc).__name__}: {exc}"
+                            f"{what} failed after {attempt} attempt(s): {type(exc).__name__}: {exc}"
                         )
                     ) from exc
             await trio.sleep(self._limits.fetch_retry_delay * attempt)
 
     async def _read_body(self, response: httpx.Response, deadlines: _Deadlines) -> bytes:
+        """The whole body; transport errors propagate (the caller may retry them)."""
         cap = self._limits.fetch_max_body_bytes
         too_large = f"response body exceeds fetch_max_body_bytes={cap}"
         declared = response.headers.get("content-length", "")
@@ -461,7 +476,7 @@ class Fetcher:
                         # cancelling makes their next read raise, which
                         # unwinds them all.
                         stop_reading.cancel()
-        except (httpx.TransportError, httpx.DecodingError) as exc:
+        except httpx.DecodingError as exc:
             raise FetchError(
                 self.redact(
                     f"reading the body of {_describe(response.url)} failed: "
@@ -482,10 +497,14 @@ class Fetcher:
             url=self.redact(str(response.url)),
         )
 
-    async def _close(self, response: httpx.Response) -> None:
+    async def _close(self, response: httpx.Response, deadlines: _Deadlines) -> None:
         # Shielded so a cancelled caller still drops the connection, bounded
-        # so a peer that will not let go cannot hold the caller.
-        with trio.move_on_after(self._limits.cleanup_timeout, shield=True):
+        # so a peer that will not let go cannot hold the caller, and never
+        # past the total deadline (the total stays total).
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = min(
+                trio.current_time() + self._limits.cleanup_timeout, deadlines.total_at
+            )
             await response.aclose()
 
 

@@ -5,176 +5,482 @@ its receipt is durably settled (so the concurrency bounds also bound decoded
 results waiting for their write):
 
 1. the provider's own concurrency (``ToolRegistry.tool(concurrency=...)``);
-2. the provider's rate (``Rate(n, per)``, a token bucket in Trio time), which
-   a rate-limit answer (``retry_after``) pauses;
-3. the global ``max_concurrent_external_calls``, shared by tools and fetches.
+2. the provider's rate (``Rate(n, per)``, see :class:`RatePacer`), which a
+   rate-limit answer (``retry_after``) pauses: a call waits for its turn
+   before it asks for a global slot, and takes the turn when the slot is
+   granted, so the rate holds for the moments calls start;
+3. the global ``max_concurrent_external_calls``, shared by tools and fetches
+   (every fetch counts as the one provider ``"fetch"``).
 
 Provider gates come first so a slow provider queues on its own gate instead
 of occupying global slots other providers could use.
+
+**Fairness of the global slots.** Each provider waits in a queue of its own
+(first come, first served); when a slot is released it goes to the next
+provider in turn (round robin over the providers that wait). Once more than
+one provider has been called in the runtime, no provider holds more than
+``Limits.max_provider_share`` of the slots: a provider that hangs keeps at
+most its share, and the others go on with the rest. A provider alone may use
+every slot. Slots are never taken back from a running call; the share is
+what keeps a stuck provider from taking them all in the first place.
 """
 
 from __future__ import annotations
 
 import collections
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
+    from ._phase import RowPhase
     from ._tools import Rate
 
 
-# A token a rounding error short of whole is whole: otherwise the wait for the
-# missing 1e-16 of a token rounds to no time at all and the waiter spins.
-_WHOLE = 1 - 1e-9
+class Granted(Protocol):
+    """``granted(borrower)``: the borrower has its slot now; ``granted(borrower, False)``:
+    no slot, wait for it in a task of your own (:meth:`Governor.acquire`). Returns
+    ``False`` when the borrower no longer wants it."""
+
+    def __call__(self, borrower: Any, slot: bool = ..., /) -> bool: ...
 
 
-class TokenBucket:
-    """``Rate(n, per)``: ``capacity`` tokens, refilled at ``n / per`` per second.
+# A turn a rounding error away has come: the clock may land a hair short of
+# the deadline it jumped to, and waiting again for that hair would spin.
+_EPSILON = 1e-10
 
-    Waiters are served in arrival order (a Trio lock is FIFO).
+
+class RatePacer:
+    """``Rate(n, per)`` as a generic cell rate algorithm, in Trio time.
+
+    The next call may start at the *theoretical arrival time* ``tat`` (less
+    ``burst - 1`` intervals of tolerance); each call moves ``tat`` on by one
+    interval, ``per / n``, from its own start. Without a burst no two calls
+    start closer than an interval, so no window of ``per`` seconds holds more
+    than ``n``. ``lock`` queues the calls that must wait, in arrival order.
     """
 
     def __init__(self, rate: Rate) -> None:
         self.rate = rate
-        self._capacity = rate.capacity
-        self._interval = rate.per / rate.n
-        self._tokens = self._capacity
-        self._updated = trio.current_time()
-        self._paused_until = -math.inf
-        self._lock = trio.Lock()
+        self._interval = rate.interval
+        self._tolerance = ((rate.burst or 1) - 1) * self._interval
+        self._tat = -math.inf
+        self.lock = trio.Lock()
 
-    def _refill(self, now: float) -> None:
-        elapsed = now - self._updated
-        if elapsed > 0:
-            self._tokens = min(self._capacity, self._tokens + elapsed / self._interval)
-            self._updated = now
+    def _ready(self, now: float) -> bool:
+        return now >= self._tat - self._tolerance - _EPSILON
 
-    async def take(self) -> None:
-        async with self._lock:
-            while True:
-                now = trio.current_time()
-                if now < self._paused_until:
-                    await trio.sleep_until(self._paused_until)
-                    continue
-                self._refill(now)
-                if self._tokens >= _WHOLE:
-                    self._tokens = max(0.0, self._tokens - 1)
-                    return
-                await trio.sleep_until(now + (1 - self._tokens) * self._interval)
+    def take_now(self) -> bool:
+        """Take this instant's turn if it has come (the caller holds ``lock``)."""
+        now = trio.current_time()
+        if not self._ready(now):
+            return False
+        self._tat = max(self._tat, now) + self._interval
+        return True
 
     def take_nowait(self) -> bool:
-        """Take a token if one is there and nobody is queued or paused."""
-        if self._lock.locked():
-            return False
-        now = trio.current_time()
-        if now < self._paused_until:
-            return False
-        self._refill(now)
-        if self._tokens >= _WHOLE:
-            self._tokens = max(0.0, self._tokens - 1)
-            return True
-        return False
+        """Take a turn now if one has come and no call is queued for one."""
+        return not self.lock.locked() and self.take_now()
+
+    async def wait_ready(self) -> None:
+        """Wait until a turn has come, without taking it (the caller holds ``lock``)."""
+        while True:
+            if self._ready(trio.current_time()):
+                return
+            # The tat moves only later (a pause), so this sleep is no poll.
+            await trio.sleep_until(self._tat - self._tolerance)
 
     def pause(self, seconds: float) -> None:
-        """Take no call for ``seconds`` (a provider said ``retry_after``); drop saved burst."""
-        now = trio.current_time()
-        self._paused_until = max(self._paused_until, now + seconds)
-        self._tokens = 0
-        self._updated = max(self._updated, self._paused_until)
+        """No call for ``seconds`` (a provider said ``retry_after``), then start without burst."""
+        until = trio.current_time() + seconds
+        self._tat = max(self._tat, until + self._interval + self._tolerance)
 
 
 class ProviderGate:
-    """The concurrency limit and rate of one provider."""
+    """One provider: its own limits, the global slots it holds and its queue for more."""
+
+    __slots__ = (
+        "bucket",
+        "held",
+        "known",
+        "limiter",
+        "name",
+        "paused",
+        "resume_at",
+        "ringed",
+        "waiters",
+    )
 
     def __init__(self, name: str, rate: Rate | None, concurrency: int | None) -> None:
         self.name = name
         self.limiter = trio.CapacityLimiter(concurrency) if concurrency else None
-        self.bucket = TokenBucket(rate) if rate else None
+        self.bucket = RatePacer(rate) if rate else None
+        self.held = 0  # global slots held by its calls
+        self.known = False  # counted among the providers called in this runtime
+        # Its calls waiting for a global slot, first come first served, and
+        # whether it has its place in the governor's round robin.
+        self.waiters: collections.deque[_Waiter] = collections.deque()
+        self.ringed = False
+        # A rate-limit answer pauses it until resume_at (paused: maybe still).
+        self.paused = False
+        self.resume_at = -math.inf
+
+    def is_paused(self) -> bool:
+        """Paused now? (Reads the clock only for a provider that was paused.)"""
+        if not self.paused:
+            return False
+        if trio.current_time() < self.resume_at - _EPSILON:
+            return True
+        self.paused = False
+        return False
+
+    async def wait_unpaused(self) -> None:
+        while True:
+            if not self.is_paused():
+                return
+            # resume_at only moves later (another pause), so this is no poll.
+            await trio.sleep_until(self.resume_at)
+
+
+class GlobalSlots:
+    """The ``max_concurrent_external_calls`` slots and who holds them."""
+
+    __slots__ = ("_borrowers", "borrowed_tokens", "total_tokens")
+
+    def __init__(self, total: int) -> None:
+        self.total_tokens = total
+        self.borrowed_tokens = 0
+        self._borrowers: set[object] = set()
+
+    @property
+    def available_tokens(self) -> int:
+        return self.total_tokens - self.borrowed_tokens
+
+    def take(self, borrower: object) -> None:
+        if borrower in self._borrowers:
+            raise RuntimeError(f"{borrower!r} already holds a global slot")
+        self._borrowers.add(borrower)
+        self.borrowed_tokens += 1
+
+    def give_back(self, borrower: object) -> None:
+        try:
+            self._borrowers.remove(borrower)
+        except KeyError:
+            raise RuntimeError(f"{borrower!r} holds no global slot") from None
+        self.borrowed_tokens -= 1
+
+
+class _Waiter:
+    """A call waiting for a global slot.
+
+    ``grant()`` gives it the slot; ``grant(slot=False)`` sends it away
+    without one, to wait in a task of its own (its provider was paused).
+    Either returns ``False`` when the call is no longer there.
+    """
+
+    __slots__ = ("borrower",)
+
+    def __init__(self, borrower: object) -> None:
+        self.borrower = borrower
+
+    def grant(self, slot: bool = True) -> bool:
+        raise NotImplementedError
+
+
+class _Queued(_Waiter):
+    """A borrower without a task waiting for it (see :meth:`Governor.acquire_or_queue`)."""
+
+    __slots__ = ("granted", "row")
+
+    def __init__(self, borrower: Any, granted: Granted, row: RowPhase | None) -> None:
+        super().__init__(borrower)
+        self.granted = granted
+        self.row = row
+
+    def grant(self, slot: bool = True) -> bool:
+        if self.row is not None:
+            self.row.enter("resolver")
+        if slot:
+            return self.granted(self.borrower)
+        return self.granted(self.borrower, False)
+
+
+class _Parked(_Waiter):
+    """A task parked in :meth:`Governor.acquire` until it is granted a slot (or sent away)."""
+
+    __slots__ = ("gone", "granted", "task", "woken")
+
+    def __init__(self, borrower: object) -> None:
+        super().__init__(borrower)
+        self.task: trio.lowlevel.Task | None = None
+        self.woken = False
+        self.granted = False
+        self.gone = False  # cancelled while it waited: its place is skipped
+
+    def grant(self, slot: bool = True) -> bool:
+        if self.gone:
+            return False
+        self.woken = True
+        self.granted = slot
+        task, self.task = self.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+        return True
+
+    async def wait(self) -> None:
+        if self.woken:
+            return
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self.gone = True
+            self.task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        self.task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
 
 class Governor:
     """Admits provider calls and fetches; one per runtime, shared by its runs."""
 
-    def __init__(self, max_concurrent_external_calls: int) -> None:
-        self.external = trio.CapacityLimiter(max_concurrent_external_calls)
+    def __init__(self, max_concurrent_external_calls: int, max_provider_share: float = 0.5) -> None:
+        self.external = GlobalSlots(max_concurrent_external_calls)
+        self._cap = max_concurrent_external_calls
+        # The most slots one provider may hold once a second one is known.
+        self._share = max(1, math.ceil(max_provider_share * max_concurrent_external_calls))
+        self._limit = self._cap  # the most slots one provider may hold now
+        self._known = 0
         self._providers: dict[str, ProviderGate] = {}
-        # Borrowers waiting for a global slot without a task of their own
-        # waiting (see acquire_or_queue), first come first served.
-        self._queued: collections.deque[tuple[Any, Callable[[Any], bool]]] = collections.deque()
+        self._fetch = ProviderGate("fetch", None, None)
+        # Providers with calls waiting for a slot, in turn.
+        self._ring: collections.deque[ProviderGate] = collections.deque()
 
     def gate(self, provider: str, rate: Rate | None, concurrency: int | None) -> ProviderGate:
-        """The gate of ``provider``; the first tool to name a provider sets its limits."""
+        """The gate of ``provider``; the first tool to name a provider sets its limits.
+
+        Asking for a gate counts the provider as called (the dispatcher asks
+        when the first call to it is made), so the share applies from the
+        moment a second provider is called, before either holds a slot.
+        """
         gate = self._providers.get(provider)
         if gate is None:
             gate = self._providers[provider] = ProviderGate(provider, rate, concurrency)
+            self._know(gate)
         return gate
+
+    def _know(self, gate: ProviderGate) -> None:
+        gate.known = True
+        self._known += 1
+        if self._known > 1:
+            self._limit = self._share
+
+    def _resolve(self, gate: ProviderGate | None) -> ProviderGate:
+        if gate is not None:
+            return gate
+        fetch = self._fetch
+        if not fetch.known:
+            self._know(fetch)
+        return fetch
+
+    def _free_for(self, gate: ProviderGate) -> bool:
+        """A slot is free for ``gate`` now, and no call of its own waits for one."""
+        return (
+            self.external.borrowed_tokens < self._cap
+            and gate.held < self._limit
+            and not gate.waiters
+            and not gate.is_paused()
+        )
+
+    def _take(self, gate: ProviderGate, borrower: object) -> None:
+        self.external.take(borrower)
+        gate.held += 1
+
+    def _untake(self, gate: ProviderGate, borrower: object) -> None:
+        self.external.give_back(borrower)
+        gate.held -= 1
 
     def try_acquire(self, gate: ProviderGate | None, borrower: object) -> bool:
         """Pass every gate now if none would make us wait (no checkpoint)."""
-        limiter = gate.limiter if gate is not None else None
-        bucket = gate.bucket if gate is not None else None
+        provider = self._resolve(gate)
+        if not self._free_for(provider):
+            return False
+        limiter = provider.limiter
         if limiter is not None:
             try:
                 limiter.acquire_on_behalf_of_nowait(borrower)
             except trio.WouldBlock:
                 return False
-        if (bucket is None or bucket.take_nowait()) and self._external_nowait(borrower):
-            return True
-        if limiter is not None:
-            limiter.release_on_behalf_of(borrower)
-        return False
-
-    def _external_nowait(self, borrower: object) -> bool:
-        try:
-            self.external.acquire_on_behalf_of_nowait(borrower)
-        except trio.WouldBlock:
+        bucket = provider.bucket
+        if bucket is not None and not bucket.take_nowait():
+            if limiter is not None:
+                limiter.release_on_behalf_of(borrower)
             return False
+        self._take(provider, borrower)
         return True
 
-    async def acquire(self, gate: ProviderGate | None, borrower: object) -> None:
+    async def acquire(
+        self, gate: ProviderGate | None, borrower: object, row: RowPhase | None = None
+    ) -> None:
         """Pass every gate on behalf of ``borrower``; on cancellation nothing stays held.
 
         The slot belongs to ``borrower``, not to the calling task, so another
         task (the settler, once the receipt is written) may release it. The
         uncontended case returns without a scheduler round trip: on the hot
-        path of a map every avoided checkpoint is throughput.
+        path of a map every avoided checkpoint is throughput. While it
+        waits, ``row`` (the map row the call is for, if any) is in phase
+        ``governor``.
         """
         if self.try_acquire(gate, borrower):
             return
-        if gate is not None and gate.limiter is not None:
-            await gate.limiter.acquire_on_behalf_of(borrower)
+        if row is not None:
+            row.enter("governor")
         try:
-            if gate is not None and gate.bucket is not None:
-                await gate.bucket.take()
-            await self.external.acquire_on_behalf_of(borrower)
+            await self._acquire_waiting(self._resolve(gate), borrower)
+        finally:
+            if row is not None:
+                row.enter("resolver")
+
+    async def _acquire_waiting(self, provider: ProviderGate, borrower: object) -> None:
+        limiter = provider.limiter
+        if limiter is not None:
+            await limiter.acquire_on_behalf_of(borrower)
+        try:
+            pacer = provider.bucket
+            if pacer is None:
+                while True:
+                    await provider.wait_unpaused()
+                    if await self._slot(provider, borrower):
+                        return
+            # Wait for the turn without a global slot, then for the slot; the
+            # turn is taken when the slot is granted, so the rate counts call
+            # starts. Holding the lock, no other call of ours takes the turn
+            # meanwhile; only a pause can (then we give the slot back).
+            async with pacer.lock:
+                while True:
+                    await provider.wait_unpaused()
+                    await pacer.wait_ready()
+                    if not await self._slot(provider, borrower):
+                        continue
+                    if pacer.take_now():
+                        return
+                    self._give_back(provider, borrower)
         except BaseException:
-            if gate is not None and gate.limiter is not None:
-                gate.limiter.release_on_behalf_of(borrower)
+            if limiter is not None:
+                limiter.release_on_behalf_of(borrower)
             raise
 
-    def acquire_or_queue(self, borrower: Any, granted: Callable[[Any], bool]) -> bool:
+    async def _slot(self, gate: ProviderGate, borrower: object) -> bool:
+        """Wait in ``gate``'s queue for a global slot; ``False``: sent away by a pause."""
+        if self._free_for(gate):
+            self._take(gate, borrower)
+            return True
+        waiter = _Parked(borrower)
+        self._enqueue(gate, waiter)
+        await waiter.wait()
+        return waiter.granted
+
+    def acquire_or_queue(
+        self,
+        borrower: Any,
+        granted: Granted,
+        gate: ProviderGate | None = None,
+        row: RowPhase | None = None,
+    ) -> bool:
         """Take a global slot for ``borrower`` now (``True``), or queue for one.
 
-        For calls whose provider has no limits of its own. A queued borrower
-        gets the slot when one is released: ``granted(borrower)`` runs then,
-        and returns ``False`` if the slot is no longer wanted (it is released
-        again at once). Nothing waits in a task, so the owner wakes once.
+        For calls whose provider (``gate``; ``None`` for fetches) has no
+        limits of its own. A queued borrower gets the slot when one is free
+        for it: ``granted(borrower)`` runs then, and returns ``False`` if the
+        slot is no longer wanted (it goes to the next waiter at once). Nothing
+        waits in a task, so the owner wakes once. While the provider is
+        paused (:meth:`slow_down`) the borrower is sent away instead, now or
+        when the pause begins: ``granted(borrower, False)``, and its owner
+        waits in :meth:`acquire`. While it is queued, ``row`` (the map row
+        the call is for, if any) is in phase ``governor``.
         """
-        if not self._queued and self._external_nowait(borrower):
+        provider = self._resolve(gate)
+        if self._free_for(provider):
+            self._take(provider, borrower)
             return True
-        self._queued.append((borrower, granted))
+        if provider.is_paused():
+            granted(borrower, False)
+            return False
+        if row is not None:
+            row.enter("governor")
+        self._enqueue(provider, _Queued(borrower, granted, row))
         return False
 
+    def _enqueue(self, gate: ProviderGate, waiter: _Waiter) -> None:
+        gate.waiters.append(waiter)
+        if gate.held < self._limit:
+            if not gate.ringed:
+                gate.ringed = True
+                self._ring.append(gate)
+            if self.external.borrowed_tokens < self._cap:
+                # Only a place left by a cancelled waiter kept it from the
+                # slot; serve the queue now rather than at the next release.
+                self._dispatch()
+
+    def slow_down(self, gate: ProviderGate | None, retry_after: float) -> None:
+        """A rate-limit answer: start no call of ``gate``'s provider for ``retry_after`` seconds.
+
+        Every provider pauses, whether or not it declared a rate; its rate's
+        pace starts again one interval after the pause, without burst. Calls
+        already queued for a slot are sent away to wait out the pause in
+        their own tasks (a pause needs a clock, and only a task has one).
+        Fetches (``gate=None``) are not paused: their answers are returned
+        to the play as they are.
+        """
+        if gate is None or not 0 < retry_after < math.inf:
+            return
+        resume_at = trio.current_time() + retry_after
+        if resume_at > gate.resume_at:
+            gate.resume_at = resume_at
+        gate.paused = True
+        if gate.bucket is not None:
+            gate.bucket.pause(retry_after)
+        waiters, gate.waiters = gate.waiters, collections.deque()
+        for waiter in waiters:
+            waiter.grant(slot=False)
+
     def release(self, gate: ProviderGate | None, borrower: object) -> None:
-        self.external.release_on_behalf_of(borrower)
-        if gate is not None and gate.limiter is not None:
-            gate.limiter.release_on_behalf_of(borrower)
-        queued = self._queued
-        while queued and self._external_nowait(queued[0][0]):
-            waiter, granted = queued.popleft()
-            if not granted(waiter):
-                self.external.release_on_behalf_of(waiter)
+        provider = gate if gate is not None else self._fetch
+        self._give_back(provider, borrower)
+        if provider.limiter is not None:
+            provider.limiter.release_on_behalf_of(borrower)
+
+    def _give_back(self, gate: ProviderGate, borrower: object) -> None:
+        """Return ``borrower``'s global slot and hand free slots on."""
+        self._untake(gate, borrower)
+        if gate.waiters and not gate.ringed:
+            # Below its share again: back in turn.
+            gate.ringed = True
+            self._ring.append(gate)
+        if self._ring:
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Give free slots to waiting providers in turn, each its first waiter."""
+        ring = self._ring
+        slots = self.external
+        while ring and slots.borrowed_tokens < self._cap:
+            gate = ring.popleft()
+            if not gate.waiters or gate.held >= self._limit:
+                # Nothing to give, or at its share: it is back in turn when
+                # one of its own slots is released.
+                gate.ringed = False
+                continue
+            waiter = gate.waiters.popleft()
+            self._take(gate, waiter.borrower)
+            if not waiter.grant():
+                self._untake(gate, waiter.borrower)
+                if gate.waiters:
+                    ring.appendleft(gate)  # its turn is not used up
+                else:
+                    gate.ringed = False
+                continue
+            if gate.waiters:
+                ring.append(gate)
+            else:
+                gate.ringed = False

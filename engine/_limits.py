@@ -1,11 +1,14 @@
 """Limits and deadlines: every bound a run respects, with its default.
 
 Times are seconds, sizes are bytes. ``docs/limits.md`` explains what each one
-bounds and how to choose it.
+bounds and how to choose it. A value out of its range (a float where a count
+is meant, NaN, infinity, a negative time) is refused when the object is
+built, by a ``ValueError`` naming the field and what it accepts.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -13,51 +16,87 @@ import attrs
 MiB = 1024 * 1024
 
 
-def _positive(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise ValueError(
-            f"{type(_instance).__name__}.{attribute.name} must be a positive number, got {value!r}"
-        )
+@attrs.frozen
+class Accepts:
+    """What a bound accepts: whole numbers or finite numbers, from a minimum, to a maximum.
+
+    ``problem(value)`` says what is wrong with ``value`` (``None`` when it
+    fits), in the words every refusal uses: ``must be a positive number, got
+    2.5; accepted: whole numbers of at least 1``.
+    """
+
+    whole: bool
+    minimum: float
+    minimum_allowed: bool  # is the minimum itself accepted?
+    accepted: str
+    maximum: float = math.inf
+
+    def problem(self, value: object) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int if self.whole else int | float):
+            fits = False
+        else:
+            fits = (
+                math.isfinite(value)
+                and (value > self.minimum or (self.minimum_allowed and value == self.minimum))
+                and value <= self.maximum
+            )
+        if fits:
+            return None
+        zero_fits = self.minimum == 0 and self.minimum_allowed
+        must_be = "zero or positive" if zero_fits else "a positive number"
+        return f"must be {must_be}, got {value!r}; accepted: {self.accepted}"
+
+    def validator(self, instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        """As an attrs validator: a ``ValueError`` naming ``Class.field``."""
+        problem = self.problem(value)
+        if problem is not None:
+            raise ValueError(f"{type(instance).__name__}.{attribute.name} {problem}")
 
 
-def _non_negative(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-        raise ValueError(
-            f"{type(_instance).__name__}.{attribute.name} must be zero or positive, got {value!r}"
-        )
+COUNT = Accepts(True, 1, True, "whole numbers of at least 1")
+COUNT_OR_ZERO = Accepts(True, 0, True, "whole numbers of at least 0")
+SECONDS = Accepts(False, 0, False, "finite seconds above 0")
+SECONDS_OR_ZERO = Accepts(False, 0, True, "finite seconds of at least 0")
+SHARE = Accepts(False, 0, False, "a fraction above 0 and at most 1", maximum=1)
+NUMBER = Accepts(False, 0, False, "finite numbers above 0")
+
+
+def _field(default: Any, accepts: Accepts) -> Any:
+    return attrs.field(default=default, validator=accepts.validator)
 
 
 @attrs.frozen(kw_only=True)
 class Limits:
     """The bounds of a run. Pass ``Limits(page_size=500, ...)`` to ``open_runtime``."""
 
-    page_size: int = attrs.field(default=1000, validator=_positive)
-    max_concurrent_rows: int = attrs.field(default=256, validator=_positive)
-    max_concurrent_external_calls: int = attrs.field(default=64, validator=_positive)
-    active_rows_budget_bytes: int = attrs.field(default=256 * MiB, validator=_positive)
-    retained_rows_budget_bytes: int = attrs.field(default=16 * MiB, validator=_non_negative)
-    writer_buffer_bytes: int = attrs.field(default=16 * MiB, validator=_positive)
-    writer_max_flush: float = attrs.field(default=0.1, validator=_positive)
-    progress_flush_interval: float = attrs.field(default=0.25, validator=_positive)
-    stall_log_interval: float = attrs.field(default=60.0, validator=_positive)
-    tool_batch_window: float = attrs.field(default=0.005, validator=_non_negative)
-    tool_batch_max: int = attrs.field(default=100, validator=_positive)
-    tool_batch_max_bytes: int = attrs.field(default=4 * MiB, validator=_positive)
-    tool_timeout: float = attrs.field(default=930.0, validator=_positive)
-    lease_ttl: float = attrs.field(default=60.0, validator=_positive)
-    receipt_wait_delay: float = attrs.field(default=1.0, validator=_positive)
-    receipt_wait_attempts: int = attrs.field(default=300, validator=_positive)
-    fetch_max_body_bytes: int = attrs.field(default=10 * MiB, validator=_positive)
-    fetch_retry_attempts: int = attrs.field(default=3, validator=_positive)
-    fetch_retry_delay: float = attrs.field(default=0.1, validator=_non_negative)
-    cleanup_timeout: float = attrs.field(default=1.0, validator=_positive)
-    csv_field_limit: int = attrs.field(default=131_072, validator=_positive)
+    page_size: int = _field(1000, COUNT)
+    max_concurrent_rows: int = _field(256, COUNT)
+    max_concurrent_external_calls: int = _field(64, COUNT)
+    max_provider_share: float = _field(0.5, SHARE)
+    active_rows_budget_bytes: int = _field(256 * MiB, COUNT)
+    retained_rows_budget_bytes: int = _field(16 * MiB, COUNT_OR_ZERO)
+    writer_buffer_bytes: int = _field(16 * MiB, COUNT)
+    writer_max_flush: float = _field(0.1, SECONDS)
+    progress_flush_interval: float = _field(0.25, SECONDS)
+    stall_log_interval: float = _field(60.0, SECONDS)
+    tool_batch_window: float = _field(0.005, SECONDS_OR_ZERO)
+    tool_batch_max: int = _field(100, COUNT)
+    tool_batch_max_bytes: int = _field(4 * MiB, COUNT)
+    tool_timeout: float = _field(930.0, SECONDS)
+    lease_ttl: float = _field(60.0, SECONDS)
+    receipt_wait_delay: float = _field(1.0, SECONDS)
+    receipt_wait_attempts: int = _field(300, COUNT)
+    fetch_max_body_bytes: int = _field(10 * MiB, COUNT)
+    fetch_retry_attempts: int = _field(3, COUNT)
+    fetch_retry_delay: float = _field(0.1, SECONDS_OR_ZERO)
+    cleanup_timeout: float = _field(1.0, SECONDS)
+    csv_field_limit: int = _field(131_072, COUNT)
 
 
 @attrs.frozen(kw_only=True)
 class FetchTimeouts:
     """The three deadlines of every ``fetch``: see ``docs/fetch.md``."""
 
-    headers: float = attrs.field(default=30.0, validator=_positive)
-    body: float = attrs.field(default=30.0, validator=_positive)
-    total: float = attrs.field(default=120.0, validator=_positive)
+    headers: float = _field(30.0, SECONDS)
+    body: float = _field(30.0, SECONDS)
+    total: float = _field(120.0, SECONDS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ._keys import row_step_receipt_key
 
@@ -14,36 +14,21 @@ if TYPE_CHECKING:
     from ._run import RunServices
 
 
-class PhaseObserver(Protocol):
-    """What a row context tells the stall observer: the row's phase changed."""
-
-    def set_phase(self, token: int, phase: Literal["resolver", "fetch"], /) -> None: ...
-
-
 class RowContext:
     """The second argument of a resolver: ``tool``, ``fetch``, ``step``, ``log`` for one row.
 
     ``dataset`` and ``key`` name the row. The effects are the play's (see
     :class:`~trioplay.PlayContext`), scoped to this row where it matters: a
-    step's key is the row's own, and the stall observer sees a fetch as phase
-    ``fetch``.
+    step's key is the row's own. (The stall observer learns the row's phases
+    from the row's task itself, see :mod:`trioplay._phase`.)
     """
 
-    __slots__ = ("_observer", "_services", "_token", "dataset", "key")
+    __slots__ = ("_services", "dataset", "key")
 
-    def __init__(
-        self,
-        services: RunServices,
-        dataset: str,
-        key: str,
-        observer: PhaseObserver | None = None,
-        token: int | None = None,
-    ) -> None:
+    def __init__(self, services: RunServices, dataset: str, key: str) -> None:
         self._services = services
         self.dataset = dataset
         self.key = key
-        self._observer = observer
-        self._token = token
 
     @property
     def run_id(self) -> str:
@@ -94,25 +79,18 @@ class RowContext:
         stale_after: float | None = None,
         force: bool = False,
     ) -> FetchResponse:
-        """Same as :meth:`PlayContext.fetch`; the stall observer sees it as phase ``fetch``."""
-        observer, token = self._observer, self._token
-        if observer is not None and token is not None:
-            observer.set_phase(token, "fetch")
-        try:
-            return await self._services.fetch(
-                url,
-                method=method,
-                headers=headers,
-                json=json,
-                content=content,
-                auth=auth,
-                timeouts=timeouts,
-                stale_after=stale_after,
-                force=force,
-            )
-        finally:
-            if observer is not None and token is not None:
-                observer.set_phase(token, "resolver")
+        """Same as :meth:`PlayContext.fetch`; from its admission, the row is in phase ``fetch``."""
+        return await self._services.fetch(
+            url,
+            method=method,
+            headers=headers,
+            json=json,
+            content=content,
+            auth=auth,
+            timeouts=timeouts,
+            stale_after=stale_after,
+            force=force,
+        )
 
     def log(self, message: str) -> None:
         """Log a line for this row (logger ``trioplay.play``, and a ``play.log`` event)."""

@@ -20,6 +20,7 @@ import trio
 from ._errors import PlayDefinitionError
 from ._events import RuntimeEvent, deliver
 from ._keys import fetch_receipt_key
+from ._phase import current_row
 from ._receipts import Dispatcher, local_executor
 
 if TYPE_CHECKING:
@@ -104,15 +105,23 @@ class RunServices:
         )
 
         async def execute(_call: ToolCall) -> Any:
-            response = await fetcher.fetch(
-                url,
-                method=method,
-                headers=headers,
-                json=json,
-                content=content,
-                auth=auth,
-                timeouts=timeouts,
-            )
+            # Admitted: from here on the row (if any) is in phase "fetch".
+            row = current_row()
+            if row is not None:
+                row.enter("fetch")
+            try:
+                response = await fetcher.fetch(
+                    url,
+                    method=method,
+                    headers=headers,
+                    json=json,
+                    content=content,
+                    auth=auth,
+                    timeouts=timeouts,
+                )
+            finally:
+                if row is not None:
+                    row.enter("resolver")
             return response.to_record()
 
         record = await self.receipts.run_effect(

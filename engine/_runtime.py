@@ -107,7 +107,7 @@ class Runtime:
         self._fetcher_lock = trio.Lock()
         self.on_event = on_event
         self.wall_clock = wall_clock
-        self.governor = Governor(limits.max_concurrent_external_calls)
+        self.governor = Governor(limits.max_concurrent_external_calls, limits.max_provider_share)
         self.row_limiter = trio.CapacityLimiter(limits.max_concurrent_rows)
         self.row_budget = ByteBudget(limits.active_rows_budget_bytes)
         self.owner = current_owner()

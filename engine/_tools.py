@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import attrs
 
 from ._errors import PlayDefinitionError, UnknownToolError
+from ._limits import COUNT, COUNT_OR_ZERO, NUMBER, SECONDS, Accepts
 
 if TYPE_CHECKING:
     from ._fetch import FetchResponse
@@ -38,25 +39,29 @@ class FetchFunction(Protocol):
 
 @attrs.frozen
 class Rate:
-    """At most ``n`` provider calls every ``per`` seconds (with a burst of ``burst``).
+    """At most ``n`` provider calls in any window of ``per`` seconds.
 
-    ``burst`` defaults to ``n``: a provider idle for ``per`` seconds may take
-    ``n`` calls at once, then one every ``per / n`` seconds.
+    The calls of a provider are spaced ``per / n`` seconds apart, counted from
+    the moment each is admitted (a generic cell rate algorithm), so the rate
+    holds in *every* window of ``per`` seconds, the first one included, and
+    also for calls that waited for a global slot.
+
+    ``burst`` is an explicit opt-in that **exceeds** the rate: a provider that
+    was idle may take up to ``burst`` calls at once, and a window of ``per``
+    seconds may then hold up to ``n + burst - 1`` calls. Use it only for a
+    provider that tolerates short bursts. The default (``None``) is no burst.
     """
 
-    n: float
-    per: float = 1.0
-    burst: float | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if self.n <= 0 or self.per <= 0:
-            raise ValueError(f"Rate needs positive n and per, got Rate({self.n}, per={self.per})")
-        if self.burst is not None and self.burst < 1:
-            raise ValueError(f"Rate burst must be at least 1, got {self.burst}")
+    n: float = attrs.field(validator=NUMBER.validator)
+    per: float = attrs.field(default=1.0, validator=NUMBER.validator)
+    burst: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(COUNT.validator)
+    )
 
     @property
-    def capacity(self) -> float:
-        return self.burst if self.burst is not None else max(1.0, self.n)
+    def interval(self) -> float:
+        """Seconds between two calls: ``per / n``."""
+        return self.per / self.n
 
 
 @attrs.frozen
@@ -161,10 +166,16 @@ class ToolRegistry:
             raise PlayDefinitionError(
                 f"tool {tool_id!r} must be an async function (input, call) -> result"
             )
-        if concurrency is not None and concurrency < 1:
-            raise PlayDefinitionError(f"tool {tool_id!r}: concurrency must be at least 1")
-        if retries < 0:
-            raise PlayDefinitionError(f"tool {tool_id!r}: retries must be zero or more")
+        checks: tuple[tuple[str, object, Accepts], ...] = (
+            ("concurrency", concurrency, COUNT),
+            ("batch_max", batch_max, COUNT),
+            ("timeout", timeout, SECONDS),
+            ("retries", retries, COUNT_OR_ZERO),
+        )
+        for name, value, accepts in checks:
+            problem = None if value is None else accepts.problem(value)
+            if problem is not None:
+                raise PlayDefinitionError(f"tool {tool_id!r}: {name} {problem}")
         spec = ToolSpec(
             tool_id=tool_id,
             fn=fn,

@@ -109,3 +109,345 @@ async def test_tool_input_that_is_not_json_fails_the_run() -> None:
 def test_bad_limits_are_refused_at_once() -> None:
     with pytest.raises(ValueError, match=r"Limits.page_size must be a positive number, got 0"):
         trioplay.Limits(page_size=0)
+
+
+def _tool_with(**options: Any) -> Any:
+    async def tool(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        return input
+
+    return lambda: trioplay.ToolRegistry().add("t", tool, **options)
+
+
+NAN = float("nan")
+INF = float("inf")
+POSITIVE, ZERO_OR_MORE = "a positive number", "zero or positive"
+WHOLE, WHOLE_OR_0 = "whole numbers of at least 1", "whole numbers of at least 0"
+SECONDS, SECONDS_OR_0 = "finite seconds above 0", "finite seconds of at least 0"
+SHARE, NUMBER = "a fraction above 0 and at most 1", "finite numbers above 0"
+
+# Issue 12, acceptance 3: every bad bound is refused where it is built, by a
+# message that names the field and what it accepts. One row per case:
+# (build it, the error, the field as named, must be ..., got ..., accepted: ...).
+BAD_BOUNDS = [
+    (
+        lambda: trioplay.Limits(page_size=2.5),
+        ValueError,
+        "Limits.page_size",
+        POSITIVE,
+        "2.5",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(page_size=True),
+        ValueError,
+        "Limits.page_size",
+        POSITIVE,
+        "True",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(max_concurrent_rows=0),
+        ValueError,
+        "Limits.max_concurrent_rows",
+        POSITIVE,
+        "0",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(max_concurrent_external_calls=64.0),
+        ValueError,
+        "Limits.max_concurrent_external_calls",
+        POSITIVE,
+        "64.0",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(max_provider_share=0),
+        ValueError,
+        "Limits.max_provider_share",
+        POSITIVE,
+        "0",
+        SHARE,
+    ),
+    (
+        lambda: trioplay.Limits(max_provider_share=1.5),
+        ValueError,
+        "Limits.max_provider_share",
+        POSITIVE,
+        "1.5",
+        SHARE,
+    ),
+    (
+        lambda: trioplay.Limits(max_provider_share=NAN),
+        ValueError,
+        "Limits.max_provider_share",
+        POSITIVE,
+        "nan",
+        SHARE,
+    ),
+    (
+        lambda: trioplay.Limits(active_rows_budget_bytes=INF),
+        ValueError,
+        "Limits.active_rows_budget_bytes",
+        POSITIVE,
+        "inf",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(retained_rows_budget_bytes=-1),
+        ValueError,
+        "Limits.retained_rows_budget_bytes",
+        ZERO_OR_MORE,
+        "-1",
+        WHOLE_OR_0,
+    ),
+    (
+        lambda: trioplay.Limits(writer_buffer_bytes=1.5),
+        ValueError,
+        "Limits.writer_buffer_bytes",
+        POSITIVE,
+        "1.5",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(writer_max_flush=NAN),
+        ValueError,
+        "Limits.writer_max_flush",
+        POSITIVE,
+        "nan",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.Limits(progress_flush_interval=INF),
+        ValueError,
+        "Limits.progress_flush_interval",
+        POSITIVE,
+        "inf",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.Limits(stall_log_interval=0),
+        ValueError,
+        "Limits.stall_log_interval",
+        POSITIVE,
+        "0",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.Limits(tool_batch_window=-0.001),
+        ValueError,
+        "Limits.tool_batch_window",
+        ZERO_OR_MORE,
+        "-0.001",
+        SECONDS_OR_0,
+    ),
+    (
+        lambda: trioplay.Limits(tool_batch_window=NAN),
+        ValueError,
+        "Limits.tool_batch_window",
+        ZERO_OR_MORE,
+        "nan",
+        SECONDS_OR_0,
+    ),
+    (
+        lambda: trioplay.Limits(tool_batch_max=100.5),
+        ValueError,
+        "Limits.tool_batch_max",
+        POSITIVE,
+        "100.5",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(tool_batch_max_bytes=0),
+        ValueError,
+        "Limits.tool_batch_max_bytes",
+        POSITIVE,
+        "0",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(tool_timeout=-5),
+        ValueError,
+        "Limits.tool_timeout",
+        POSITIVE,
+        "-5",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.Limits(tool_timeout=INF),
+        ValueError,
+        "Limits.tool_timeout",
+        POSITIVE,
+        "inf",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.Limits(lease_ttl=NAN),
+        ValueError,
+        "Limits.lease_ttl",
+        POSITIVE,
+        "nan",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.Limits(receipt_wait_delay=0),
+        ValueError,
+        "Limits.receipt_wait_delay",
+        POSITIVE,
+        "0",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.Limits(receipt_wait_attempts=2.5),
+        ValueError,
+        "Limits.receipt_wait_attempts",
+        POSITIVE,
+        "2.5",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(fetch_max_body_bytes=NAN),
+        ValueError,
+        "Limits.fetch_max_body_bytes",
+        POSITIVE,
+        "nan",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(fetch_retry_attempts=0),
+        ValueError,
+        "Limits.fetch_retry_attempts",
+        POSITIVE,
+        "0",
+        WHOLE,
+    ),
+    (
+        lambda: trioplay.Limits(fetch_retry_delay=-1),
+        ValueError,
+        "Limits.fetch_retry_delay",
+        ZERO_OR_MORE,
+        "-1",
+        SECONDS_OR_0,
+    ),
+    (
+        lambda: trioplay.Limits(cleanup_timeout=INF),
+        ValueError,
+        "Limits.cleanup_timeout",
+        POSITIVE,
+        "inf",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.FetchTimeouts(headers=NAN),
+        ValueError,
+        "FetchTimeouts.headers",
+        POSITIVE,
+        "nan",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.FetchTimeouts(body=-1),
+        ValueError,
+        "FetchTimeouts.body",
+        POSITIVE,
+        "-1",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.FetchTimeouts(total=INF),
+        ValueError,
+        "FetchTimeouts.total",
+        POSITIVE,
+        "inf",
+        SECONDS,
+    ),
+    (
+        lambda: trioplay.FetchTimeouts(total="120"),
+        ValueError,
+        "FetchTimeouts.total",
+        POSITIVE,
+        "'120'",
+        SECONDS,
+    ),
+    (lambda: trioplay.Rate(NAN), ValueError, "Rate.n", POSITIVE, "nan", NUMBER),
+    (lambda: trioplay.Rate(10, per=0), ValueError, "Rate.per", POSITIVE, "0", NUMBER),
+    (lambda: trioplay.Rate(10, per=INF), ValueError, "Rate.per", POSITIVE, "inf", NUMBER),
+    (lambda: trioplay.Rate(10, burst=2.5), ValueError, "Rate.burst", POSITIVE, "2.5", WHOLE),
+    (lambda: trioplay.Rate(10, burst=0), ValueError, "Rate.burst", POSITIVE, "0", WHOLE),
+    (
+        _tool_with(timeout=-1),
+        trioplay.PlayDefinitionError,
+        "tool 't': timeout",
+        POSITIVE,
+        "-1",
+        SECONDS,
+    ),
+    (
+        _tool_with(timeout=NAN),
+        trioplay.PlayDefinitionError,
+        "tool 't': timeout",
+        POSITIVE,
+        "nan",
+        SECONDS,
+    ),
+    (
+        _tool_with(concurrency=2.5),
+        trioplay.PlayDefinitionError,
+        "tool 't': concurrency",
+        POSITIVE,
+        "2.5",
+        WHOLE,
+    ),
+    (
+        _tool_with(concurrency=0),
+        trioplay.PlayDefinitionError,
+        "tool 't': concurrency",
+        POSITIVE,
+        "0",
+        WHOLE,
+    ),
+    (
+        _tool_with(retries=-1),
+        trioplay.PlayDefinitionError,
+        "tool 't': retries",
+        ZERO_OR_MORE,
+        "-1",
+        WHOLE_OR_0,
+    ),
+    (
+        _tool_with(batch_max=0),
+        trioplay.PlayDefinitionError,
+        "tool 't': batch_max",
+        POSITIVE,
+        "0",
+        WHOLE,
+    ),
+]
+
+
+@pytest.mark.parametrize(("build", "error", "field", "must_be", "got", "accepted"), BAD_BOUNDS)
+def test_a_bad_bound_is_refused_where_it_is_built(
+    build: Any, error: Any, field: str, must_be: str, got: str, accepted: str
+) -> None:
+    with pytest.raises(error) as caught:
+        build()
+    assert str(caught.value) == f"{field} must be {must_be}, got {got}; accepted: {accepted}"
+
+
+async def test_a_page_size_that_is_not_a_whole_number_is_refused() -> None:
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return (
+            await ctx.dataset("s", [{"i": 1}])
+            .with_column("x", lambda r, rc: 1)
+            .run(
+                page_size=2.5  # type: ignore[arg-type]
+            )
+        )
+
+    async with trioplay.open_runtime(store=MemoryStore()) as rt:
+        with pytest.raises(
+            trioplay.PlayDefinitionError,
+            match=r"^page_size must be a positive number, got 2.5; accepted: whole numbers",
+        ):
+            await rt.run(play, {}, run_id="r")

@@ -129,14 +129,17 @@ def test_bad_configuration_names_the_file_the_key_and_what_it_accepts(tmp_path: 
     line = error_for("[fetch_timeouts]\ntotal = 0\n")
     assert line == (
         "error: trioplay.toml: fetch_timeouts: "
-        "FetchTimeouts.total must be a positive number, got 0.0"
+        "FetchTimeouts.total must be a positive number, got 0.0; accepted: finite seconds above 0"
     )
     line = error_for("allow_networks = ['localhost']\n")
     assert line.startswith("error: trioplay.toml: allow_networks: 'localhost' is not a CIDR block")
     line = error_for("[limits\n")
     assert line.startswith("error: trioplay.toml: not valid TOML (")
     line = error_for("", "--limit", "page_size=0")
-    assert line == "error: --limit: limits: Limits.page_size must be a positive number, got 0"
+    assert line == (
+        "error: --limit: limits: Limits.page_size must be a positive number, got 0; "
+        "accepted: whole numbers of at least 1"
+    )
 
     result = run_trioplay("run", str(play), "--limit", "nope=1", cwd=tmp_path)
     assert result.returncode == 2

@@ -249,3 +249,113 @@ async def test_body_over_the_cap_closes_the_stream(
     # The 11th byte arrives at 5.5 s.
     assert trio.current_time() - started == pytest.approx(5.5, abs=1e-9)
     assert body.closed
+
+
+class BreaksAfter(httpx.AsyncByteStream):
+    """A body that sends one byte, then breaks (the connection resets mid-body)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        await trio.sleep(1.0)
+        yield b"x"
+        raise httpx.ReadError("connection reset by peer")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def body_breaks_then_answers(failures: int) -> Handler:
+    async def handler(request: httpx.Request, attempt: int) -> httpx.Response:
+        if attempt <= failures:
+            return httpx.Response(200, stream=BreaksAfter())
+        return httpx.Response(200, text="ok")
+
+    return handler
+
+
+async def test_a_failed_body_read_of_a_get_is_retried_within_the_total(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Issue 12, point 6: each broken body costs its 1 s, then the retry sleep.
+    transport = Scripted(body_breaks_then_answers(2))
+    async with fetcher(transport) as f:
+        started = trio.current_time()
+        response = await f.fetch(URL)
+    assert response.text == "ok"
+    assert len(transport.requests) == 3
+    assert trio.current_time() - started == pytest.approx(1.0 + 0.1 + 1.0 + 0.2, abs=1e-9)
+
+
+async def test_a_failed_body_read_is_not_retried_for_a_post(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    transport = Scripted(body_breaks_then_answers(1))
+    async with fetcher(transport) as f:
+        with pytest.raises(FetchError, match="reading the body") as caught:
+            await f.fetch(URL, method="POST", json={"a": 1})
+    assert isinstance(caught.value.__cause__, httpx.ReadError)
+    assert len(transport.requests) == 1
+
+
+async def test_body_retries_give_up_after_the_last_attempt(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    transport = Scripted(body_breaks_then_answers(99))
+    async with fetcher(transport) as f:
+        with pytest.raises(FetchError, match="after 3 attempt") as caught:
+            await f.fetch(URL)
+    assert isinstance(caught.value.__cause__, httpx.ReadError)
+    assert len(transport.requests) == 3
+
+
+async def test_body_retries_stay_inside_the_total(autojump_clock: trio.testing.MockClock) -> None:
+    # Each attempt's body breaks 1 s in: the second at 2.1 s, whose retry
+    # sleep (0.2 s) runs into the 2.15 s total.
+    transport = Scripted(body_breaks_then_answers(99))
+    async with fetcher(transport, total=2.15) as f:
+        await expect_timeout(f, "total", 2.15, at=2.15)
+    assert len(transport.requests) == 2
+
+
+class NeverCloses(httpx.AsyncByteStream):
+    """A body whose close never returns (a peer that will not let go)."""
+
+    def __init__(self, body: bytes | None) -> None:
+        self.body = body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self.body is None:
+            await trio.sleep_forever()
+        yield self.body or b""
+
+    async def aclose(self) -> None:
+        await trio.sleep_forever()
+
+
+async def test_a_close_that_never_returns_stays_inside_the_total(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The body hangs into the 10 s total, then closing the response hangs
+    # too: the fetch still ends at 10 s (it took 11 s, the cleanup timeout
+    # past the total).
+    async def handler(request: httpx.Request, attempt: int) -> httpx.Response:
+        return httpx.Response(200, stream=NeverCloses(None))
+
+    async with fetcher(Scripted(handler), total=10) as f:
+        await expect_timeout(f, "total", 10.0, at=10.0)
+
+
+async def test_a_body_whose_close_hangs_ends_at_the_total(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The whole body is there at 9.5 s, but closing the stream (which httpx
+    # does as the body ends) never returns: the fetch ends with the 10 s
+    # total, not a cleanup timeout later.
+    async def handler(request: httpx.Request, attempt: int) -> httpx.Response:
+        await trio.sleep(9.5)
+        return httpx.Response(200, stream=NeverCloses(b"ok"))
+
+    async with fetcher(Scripted(handler), total=10) as f:
+        await expect_timeout(f, "total", 10.0, at=10.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any
 
 import pytest
@@ -316,3 +318,203 @@ async def test_a_cancelled_run_leaves_no_governor_slot_taken() -> None:
         result = await rt.run(play_over([{"i": 1000 + i} for i in range(50)]), {}, run_id="b")
         assert result.completed_count == 50
         assert rt.governor.external.borrowed_tokens == 0
+
+
+@pytest.mark.deadline(100)
+async def test_a_hung_provider_does_not_starve_a_healthy_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Issue 12, acceptance 1a. Default limits (64 global slots, no concurrency
+    # of its own for either provider): 200 rows on a provider that never
+    # answers come first, then 100 rows on a healthy one.
+    async def stuck(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep_forever()
+
+    async def fine(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep(0.05)
+        return {"ok": input["i"]}
+
+    registry = trioplay.ToolRegistry()
+    registry.add("stuck", stuck, provider="stuck")
+    registry.add("fine", fine, provider="fine")
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("stuck" if row["i"] < 200 else "fine", {"i": row["i"]})
+
+        rows = [{"i": i} for i in range(300)]
+        return await ctx.dataset("s", rows).with_column("x", resolver).run(key="i")
+
+    store = MemoryStore()
+    async with trioplay.open_runtime(store=store, tools=registry) as rt:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(rt.run, play, {}, run_id="r"))
+            await trio.sleep(1.0)
+            # The stuck provider holds its share of the slots (half), no more...
+            held = rt.governor.external.borrowed_tokens
+            nursery.cancel_scope.cancel()
+    assert held == 32
+    # ...and every healthy row committed within 1 s of virtual time.
+    assert (await store.count_rows("r", "s")).get("completed", 0) == 100
+
+
+def rate_play(calls: int, tool: str = "t") -> Any:
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(calls):
+                nursery.start_soon(ctx.tool, tool, {"i": i})
+
+    return play
+
+
+@pytest.mark.deadline(100)
+async def test_a_rate_holds_in_every_window_the_first_included(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Issue 12, acceptance 1c: Rate(20, per=1) over 200 calls, no 1 s window
+    # holds more than 20 (a full bucket and its refill let 39 through).
+    probe = Probe()
+    registry = trioplay.ToolRegistry()
+    registry.add("t", probe.tool("acme", 0.0), rate=trioplay.Rate(20, per=1.0))
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry) as rt:
+        await rt.run(rate_play(200), {}, run_id="r")
+    starts = probe.starts["acme"]
+    assert len(starts) == 200
+    assert max_in_window(starts, 1.0) == 20
+    # Spread evenly: one call every 50 ms, 200 calls in about 10 s.
+    assert starts[-1] - starts[0] == pytest.approx(199 * 0.05)
+
+
+@pytest.mark.deadline(100)
+async def test_a_rate_holds_for_calls_that_waited_for_a_global_slot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The rate counts call starts: calls that queued behind another provider
+    # for the global slots do not all start at once when the slots free up.
+    probe = Probe()
+    registry = trioplay.ToolRegistry()
+    registry.add("hog", probe.tool("hog", 5.0), provider="hog")
+    registry.add("t", probe.tool("acme", 0.0), provider="acme", rate=trioplay.Rate(5, per=1.0))
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(ctx.tool, "hog", {"i": i})
+            await trio.sleep(0.1)  # the hog holds every slot from here to t = 5
+            for i in range(40):
+                nursery.start_soon(ctx.tool, "t", {"i": i})
+
+    limits = trioplay.Limits(max_concurrent_external_calls=4, max_provider_share=1.0)
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry, limits=limits) as rt:
+        await rt.run(play, {}, run_id="r")
+    starts = probe.starts["acme"]
+    assert len(starts) == 40
+    assert min(starts) >= 5.0
+    assert max_in_window(starts, 1.0) == 5
+
+
+@pytest.mark.deadline(100)
+async def test_burst_is_an_opt_in_that_exceeds_the_rate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Rate(5, per=1, burst=3): an idle provider takes 3 calls at once, then one
+    # every 0.2 s; a window of 1 s may then hold up to n + burst - 1 = 7.
+    probe = Probe()
+    registry = trioplay.ToolRegistry()
+    registry.add("t", probe.tool("acme", 0.0), rate=trioplay.Rate(5, per=1.0, burst=3))
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry) as rt:
+        await rt.run(rate_play(30), {}, run_id="r")
+    starts = sorted(probe.starts["acme"])
+    first = starts[0]
+    assert [round(at - first, 3) for at in starts[:5]] == [0.0, 0.0, 0.0, 0.2, 0.4]
+    assert max_in_window(starts, 1.0) == 7
+
+
+@pytest.mark.deadline(100)
+async def test_a_rate_limit_answer_pauses_a_provider_without_a_rate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Issue 12, acceptance 1d: a 429 with Retry-After 10 s from a provider
+    # without rate=: no call to it for 10 s, other providers unaffected.
+    starts: dict[str, list[float]] = {"a": [], "b": []}
+
+    async def limited(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        starts["a"].append(trio.current_time())
+        if len(starts["a"]) == 1:
+            raise trioplay.ProviderTransientError("rate_limit", "429", retry_after=10.0)
+        return input
+
+    async def other(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        starts["b"].append(trio.current_time())
+        return input
+
+    registry = trioplay.ToolRegistry()
+    registry.add("a", limited, provider="a")
+    registry.add("b", other, provider="b")
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> None:
+        async def both(k: int) -> None:
+            await trio.sleep(k)
+            with contextlib.suppress(trioplay.ProviderTransientError):
+                await ctx.tool("a", {"k": k})
+            await ctx.tool("b", {"k": k})
+
+        async with trio.open_nursery() as nursery:
+            for k in range(15):
+                nursery.start_soon(both, k)
+
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry) as rt:
+        start = trio.current_time()
+        await rt.run(play, {}, run_id="r")
+    a = [round(at - start, 3) for at in starts["a"]]
+    b = [round(at - start, 3) for at in starts["b"]]
+    # The first call at 0 s (after the lane window) was answered 429: the
+    # calls of 1 s to 9 s wait for the pause to end at 10.005 s.
+    assert a == [0.005] + [10.005] * 10 + [11.005, 12.005, 13.005, 14.005]
+    # The other provider went on: each call right after its lane window
+    # (or right after the paused call it follows).
+    assert b[0] == 0.01
+    assert b[10:] == [10.01, 11.01, 12.01, 13.01, 14.01]
+    assert len(b) == 15
+
+
+@pytest.mark.deadline(100)
+async def test_a_rate_limit_answer_pauses_calls_already_queued_for_a_slot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Two slots: the first call holds one for 1 s, the second is answered 429
+    # (retry after 10 s) at 0.5 s; four more calls queued for a slot meanwhile
+    # must not start when the slots free up, only once the pause is over.
+    starts: list[float] = []
+
+    async def limited(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        starts.append(trio.current_time())
+        if len(starts) == 1:
+            await trio.sleep(1.0)
+        elif len(starts) == 2:
+            await trio.sleep(0.5)
+            raise trioplay.ProviderTransientError("rate_limit", "429", retry_after=10.0)
+        return input
+
+    registry = trioplay.ToolRegistry()
+    registry.add("a", limited)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> None:
+        async def one(i: int) -> None:
+            with contextlib.suppress(trioplay.ProviderTransientError):
+                await ctx.tool("a", {"i": i})
+
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(one, i)
+
+    limits = trioplay.Limits(max_concurrent_external_calls=2)
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry, limits=limits) as rt:
+        start = trio.current_time()
+        await rt.run(play, {}, run_id="r")
+    assert [round(at - start, 3) for at in starts] == [0.005, 0.005] + [10.505] * 2 + [10.505] * 2

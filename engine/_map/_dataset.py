@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import PlayDefinitionError
+from .._limits import COUNT
 from ._runner import run_map
 
 if TYPE_CHECKING:
@@ -65,8 +66,9 @@ class Dataset:
                 f"on_row_error must be 'isolate' or 'fail', got {on_row_error!r}"
             )
         size = page_size if page_size is not None else self._services.limits.page_size
-        if size < 1:
-            raise PlayDefinitionError(f"page_size must be at least 1, got {size}")
+        problem = COUNT.problem(size)
+        if problem is not None:
+            raise PlayDefinitionError(f"page_size {problem}")
         return await run_map(
             self._services,
             self.name,

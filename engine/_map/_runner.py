@@ -30,6 +30,7 @@ from .._errors import (
 )
 from .._groups import open_nursery
 from .._json import dumps
+from .._phase import enter_row, leave_row
 from .._records import PageLease, SheetRow
 from .._row_context import RowContext
 from .._sources import open_source
@@ -329,7 +330,7 @@ class _MapRun:
         services = self.services
         try:
             row, failure = await self._resolve(page, position, key, data)
-            terminal_token = page.observer.terminal_queued()
+            terminal_token = page.observer.terminal_queued(key)
             size = len(row.data_json) + len(key) + 64
             self.sizes.observe(size)
             # Keep the row itself only while someone may still want it in memory.
@@ -361,8 +362,10 @@ class _MapRun:
             error = rejected.pop(key)
             return self._failed_row(position, key, data, error), error
         observer = page.observer
-        observer_token = observer.resolver_started()
-        rc = RowContext(self.services, self.name, key, observer, observer_token)
+        observer_token = observer.resolver_started(key)
+        rc = RowContext(self.services, self.name, key)
+        # The row's phase, for the governor and fetch that run its calls in this task.
+        row_phase = enter_row(observer.row_phase(observer_token))
         column = ""
         try:
             for column, resolver in self.columns:
@@ -385,6 +388,7 @@ class _MapRun:
         except Exception as exc:
             return self._failed_row(position, key, data, exc), exc
         finally:
+            leave_row(row_phase)
             observer.resolver_finished(observer_token)
         return SheetRow(key, position, "completed", text, None, self.services.attempt), None
 

@@ -1,24 +1,33 @@
 """The map stall observer: say what a quiet page is waiting for.
 
 One observer per page, its task living in the page's nursery. It tracks
-resolvers (phase ``resolver`` or ``fetch``), terminal rows waiting for writer
-admission and rows waiting for their commit, and reads the writer's
-diagnostics. Its timer starts when something becomes unresolved and fires
-every ``stall_log_interval`` while anything stays unresolved; when it fires
-and no terminal row committed during the last interval, it logs exactly one
-``[runtime.map_stall] {...}`` line (logger ``trioplay.stall``, WARNING) and
-emits the same data as a ``map.stall`` event. When nothing is unresolved the
-timer is cancelled, so a finished or idle page never speaks.
+resolvers (each a :class:`~trioplay._phase.RowPhase`: phase ``resolver``,
+``governor`` or ``fetch``, and the tool and provider of the call it is in),
+terminal rows waiting for writer admission and rows waiting for their
+commit, and reads the writer's diagnostics. Its timer starts when something
+becomes unresolved and fires every ``stall_log_interval`` while anything
+stays unresolved; when it fires and no terminal row committed during the
+last interval, it logs exactly one ``[runtime.map_stall] {...}`` line
+(logger ``trioplay.stall``, WARNING) and emits the same data as a
+``map.stall`` event. When nothing is unresolved the timer is cancelled, so a
+finished or idle page never speaks.
+
+The line keeps the reference runtime's keys, in its order, and adds after
+them: ``governor_waiting`` and ``oldest_governor_ms`` (rows whose call waits
+for a slot, a rate turn or a pause), and ``oldest_tool``,
+``oldest_provider`` and ``oldest_row_key`` of the oldest unsettled item (the
+one ``oldest_phase`` names; ``null`` where it has none).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
+
+from .._phase import Phase, RowPhase
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,14 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trioplay.stall")
 
-Phase = Literal["resolver", "fetch"]
-
-
-@attrs.define
-class _Resolver:
-    phase: Phase
-    phase_started_at: float
-    started_at: float
+# An unsettled item: since when, its phase, and its row key, tool and provider.
+_Item = tuple[float, str, str | None, str | None, str | None]
 
 
 def _ms(seconds: float) -> int:
@@ -58,9 +61,10 @@ class MapStallObserver:
         self._interval = interval
         self._writer_diagnostics = writer_diagnostics
         self._emit = emit
-        self._resolvers: dict[int, _Resolver] = {}
-        self._admission: dict[int, float] = {}
-        self._commit: dict[int, float] = {}
+        self._resolvers: dict[int, RowPhase] = {}
+        # Terminal rows: since when they wait, and their keys.
+        self._admission: dict[int, tuple[float, str | None]] = {}
+        self._commit: dict[int, tuple[float, str | None]] = {}
         self._token = 0
         self._terminal_committed = 0
         self._last_commit_at = trio.current_time()
@@ -68,12 +72,15 @@ class MapStallObserver:
         self._timer: trio.CancelScope | None = None
 
     # -- hooks --------------------------------------------------------------
-    def resolver_started(self) -> int:
+    def resolver_started(self, key: str | None = None) -> int:
         self._token += 1
-        now = trio.current_time()
-        self._resolvers[self._token] = _Resolver("resolver", now, now)
+        self._resolvers[self._token] = RowPhase(key, trio.current_time())
         self._schedule()
         return self._token
+
+    def row_phase(self, token: int) -> RowPhase:
+        """The phase record of a running resolver, for its row task (see :mod:`.._phase`)."""
+        return self._resolvers[token]
 
     def resolver_finished(self, token: int) -> None:
         self._resolvers.pop(token, None)
@@ -82,18 +89,18 @@ class MapStallObserver:
     def set_phase(self, token: int, phase: Phase) -> None:
         resolver = self._resolvers.get(token)
         if resolver is not None:
-            resolver.phase = phase
-            resolver.phase_started_at = trio.current_time()
+            resolver.enter(phase)
 
-    def terminal_queued(self) -> int:
+    def terminal_queued(self, key: str | None = None) -> int:
         self._token += 1
-        self._admission[self._token] = trio.current_time()
+        self._admission[self._token] = (trio.current_time(), key)
         self._schedule()
         return self._token
 
     def terminal_admitted(self, token: int) -> None:
-        if self._admission.pop(token, None) is not None:
-            self._commit[token] = trio.current_time()
+        queued = self._admission.pop(token, None)
+        if queued is not None:
+            self._commit[token] = (trio.current_time(), queued[1])
 
     def terminal_committed(self, token: int) -> None:
         self._admission.pop(token, None)
@@ -152,18 +159,23 @@ class MapStallObserver:
             )
         if unresolved == 0:
             return None
-        candidates: list[tuple[float, str]] = [
-            (r.started_at, r.phase) for r in self._resolvers.values()
+        candidates: list[_Item] = [
+            (r.started_at, r.phase, r.key, r.tool, r.provider) for r in self._resolvers.values()
         ]
-        candidates += [(at, "writer_admission") for at in self._admission.values()]
-        candidates += [(at, "writer_commit") for at in self._commit.values()]
-        starts = [at for at, _ in candidates]
+        candidates += [
+            (at, "writer_admission", key, None, None) for at, key in self._admission.values()
+        ]
+        candidates += [(at, "writer_commit", key, None, None) for at, key in self._commit.values()]
+        starts = [item[0] for item in candidates]
         if writer is not None and writer.active_started_at is not None:
             starts.append(writer.active_started_at)
             if writer.active_kind == "terminal" and writer.active_rows > 0:
-                candidates.append((writer.active_started_at, "writer_commit"))
-        oldest_phase = min(candidates, key=lambda c: c[0])[1] if candidates else "resolver"
+                candidates.append((writer.active_started_at, "writer_commit", None, None, None))
+        oldest = min(candidates, key=lambda c: c[0]) if candidates else None
         fetch_starts = [r.phase_started_at for r in self._resolvers.values() if r.phase == "fetch"]
+        governor_starts = [
+            r.phase_started_at for r in self._resolvers.values() if r.phase == "governor"
+        ]
         return {
             "map": self._map_name,
             "page_offset": self._page_offset,
@@ -180,8 +192,14 @@ class MapStallObserver:
             ),
             "terminal_committed": self._terminal_committed,
             "oldest_unsettled_ms": _ms(now - min(starts, default=now)),
-            "oldest_phase": oldest_phase,
+            "oldest_phase": oldest[1] if oldest is not None else "resolver",
             "last_terminal_commit_ms": _ms(now - self._last_commit_at),
+            # Ours, after the reference's keys.
+            "governor_waiting": len(governor_starts),
+            "oldest_governor_ms": _ms(now - min(governor_starts, default=now)),
+            "oldest_tool": oldest[3] if oldest is not None else None,
+            "oldest_provider": oldest[4] if oldest is not None else None,
+            "oldest_row_key": oldest[2] if oldest is not None else None,
         }
 
     def emit_if_stalled(self) -> None:

@@ -20,6 +20,7 @@ from .._tools import ToolCall
 
 if TYPE_CHECKING:
     from .._governor import ProviderGate
+    from .._phase import RowPhase
     from .._records import Claimed
 
 Execute = Callable[[ToolCall], Awaitable[Any]]
@@ -62,6 +63,7 @@ class _Call:
     receipt_wait: float | None = None
     record_failures: bool = True
     retries: int = 0
+    row: RowPhase | None = None  # the map row whose task makes the call (stall phases)
 
     delivered: bool = False  # the result (or error) is in value (or error)
     followers: trio.Event | None = None  # set on delivery, for identical calls

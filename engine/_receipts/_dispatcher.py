@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import PlayDefinitionError
 from .._json import canonical_json
 from .._keys import tool_receipt_key
+from .._phase import calling
 from ._call import DispatchStats, InFlight, _Call, owner_gone
 from ._claims import Claimer
 from ._execute import Executor
@@ -185,6 +186,7 @@ class Dispatcher:
             timeout=timeout if timeout is not None else spec.timeout,
             receipt_wait=receipt_wait,
             retries=spec.retries,
+            row=calling(tool_id, spec.provider),
         )
         self._inflight[key] = call
         lane = self._lanes.get(tool_id)
@@ -225,6 +227,7 @@ class Dispatcher:
             timeout=timeout,
             receipt_wait=receipt_wait,
             record_failures=record_failures,
+            row=calling("fetch", "fetch") if kind == "fetch" else None,
         )
         self._inflight[key] = call
         try:

@@ -83,7 +83,7 @@ class Executor:
         gate = call.gate
         unlimited = gate is None or (gate.limiter is None and gate.bucket is None)
         if call.kind != "local" and unlimited:
-            if not self._governor.acquire_or_queue(call, _granted):
+            if not self._governor.acquire_or_queue(call, _granted, gate, call.row):
                 return
             call.slotted = True
         wake(call)
@@ -111,6 +111,8 @@ class Executor:
             if call.slotted:  # admitted, but never executed
                 call.slotted = False
                 self._release(call.gate, call)
+            if call.row is not None:
+                call.row.called()
             if lease is not None:
                 await self._release_shielded([lease])
         return outcome(call)
@@ -135,7 +137,9 @@ class Executor:
                 first.slotted = False  # taken for us by admit; ours to release now
             elif gated:
                 try:
-                    await self._governor.acquire(first.gate, first)
+                    await self._governor.acquire(
+                        first.gate, first, first.row if batch is None else None
+                    )
                 except trio.Cancelled:
                     await self._release_shielded(unsettled(owned))
                     raise
@@ -230,13 +234,10 @@ class Executor:
         self._settle(owned, results)
         return None
 
-    @staticmethod
-    def _slow_down(call: _Call, error: ProviderTransientError) -> None:
-        """A rate-limit answer with ``retry_after`` pauses the provider's rate bucket."""
-        gate = call.gate
-        if error.category == "rate_limit" and error.retry_after and gate is not None:
-            if gate.bucket is not None:
-                gate.bucket.pause(error.retry_after)
+    def _slow_down(self, call: _Call, error: ProviderTransientError) -> None:
+        """A rate-limit answer with ``retry_after`` pauses the provider, rate or not."""
+        if error.category == "rate_limit" and error.retry_after:
+            self._governor.slow_down(call.gate, error.retry_after)
 
     def _classify(self, call: _Call, error: BaseException) -> tuple[BaseException, bool]:
         """The error a caller sees, and whether its receipt records it as failed."""
@@ -303,11 +304,15 @@ class Executor:
             stats.steps_run += n
 
 
-def _granted(call: _Call) -> bool:
-    """A queued global slot is free (see :meth:`Executor.admit`): take it, unless the owner left."""
+def _granted(call: _Call, slot: bool = True) -> bool:
+    """A queued global slot is free (see :meth:`Executor.admit`): take it, unless the owner left.
+
+    ``slot=False``: the provider is paused; the owner wakes without a slot and
+    waits for its gates in :meth:`Executor.execute`.
+    """
     if call.delivered:
         return False  # its owner is gone: the governor takes the slot back
-    call.slotted = True
+    call.slotted = slot
     wake(call)
     return True
 

@@ -1,0 +1,75 @@
+"""The phase a map row is in, as its page's stall observer reports it.
+
+The map runner gives each row task a :class:`RowPhase` through a context
+variable, so the code that runs the row's calls in the row's own task finds
+it without being handed it. The dispatcher names the call a row is in (tool
+and provider) and carries the row to the governor; the governor sets phase
+``governor`` while a call waits for a global slot, a concurrency slot, a
+rate turn or the end of a pause; a fetch sets phase ``fetch`` from the
+moment its request is admitted. The stall observer reads them only when it
+reports.
+
+The cost on the path of a call that does not wait: one context variable
+read and naming the call (four attribute writes in all). A phase change
+reads the clock, and happens only when a call waits or fetches.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar, Token
+from typing import Literal
+
+import trio
+
+Phase = Literal["resolver", "governor", "fetch"]
+
+
+class RowPhase:
+    """What one row is doing: its phase since when, and the call it is in."""
+
+    __slots__ = ("key", "phase", "phase_started_at", "provider", "started_at", "tool")
+
+    def __init__(self, key: str | None, now: float) -> None:
+        self.key = key
+        self.phase: Phase = "resolver"
+        self.phase_started_at = now
+        self.started_at = now
+        self.tool: str | None = None
+        self.provider: str | None = None
+
+    def enter(self, phase: Phase) -> None:
+        self.phase = phase
+        self.phase_started_at = trio.current_time()
+
+    def calling(self, tool: str, provider: str) -> None:
+        self.tool = tool
+        self.provider = provider
+
+    def called(self) -> None:
+        self.tool = self.provider = None
+
+
+_current: ContextVar[RowPhase | None] = ContextVar("trioplay_row_phase", default=None)
+
+
+def current_row() -> RowPhase | None:
+    """The row the calling task runs, or ``None`` outside a map's row."""
+    return _current.get()
+
+
+def calling(tool: str, provider: str) -> RowPhase | None:
+    """The calling task's row, told which call it is in (``None`` outside a row)."""
+    row = _current.get()
+    if row is not None:
+        row.tool = tool
+        row.provider = provider
+    return row
+
+
+def enter_row(row: RowPhase) -> Token[RowPhase | None]:
+    """Make ``row`` the calling task's row; pass the token to :func:`leave_row`."""
+    return _current.set(row)
+
+
+def leave_row(token: Token[RowPhase | None]) -> None:
+    _current.reset(token)
