@@ -53,10 +53,9 @@ class OpenedSource:
 async def open_source(dataset: str, source: Any) -> OpenedSource:
     """Check ``source`` (a full scan in a thread for a :class:`RowSource`) and open it."""
     total: int | None = None
-    validate = getattr(source, "validate", None)
-    if callable(validate):
+    if isinstance(source, RowSource):
         # A full structural scan before any tool call: bad lines fail now.
-        counted = await trio.to_thread.run_sync(validate, abandon_on_cancel=True)
+        counted = await trio.to_thread.run_sync(source.validate, abandon_on_cancel=True)
         if isinstance(counted, int):
             total = counted
     elif hasattr(source, "__len__"):

@@ -154,3 +154,28 @@ def json_service() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+# One call hangs in each of the first three pages (page_size 1000) of a
+# 5,000-row map: the setup of the straggler tests in test_map and test_stall.
+HUNG_IN_THREE_PAGES = frozenset({"d5.example", "d1005.example", "d2005.example"})
+
+
+def map_with_hung_rows(
+    hung: frozenset[str] = HUNG_IN_THREE_PAGES, rows: int = 5000
+) -> tuple[Any, trioplay.ToolRegistry]:
+    """A play over ``rows`` leads whose finder hangs on ``hung`` and takes 50 ms otherwise."""
+
+    async def finder(input: dict[str, Any], _call: trioplay.ToolCall) -> Any:
+        if input["domain"] in hung:
+            await trio.sleep_forever()
+        await trio.sleep(0.05)
+        return {"email": "x@" + input["domain"]}
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return (
+            await ctx.dataset("s", leads(rows)).with_column("email", find_email).run(key="domain")
+        )
+
+    return play, registry(finder=finder)

@@ -12,7 +12,7 @@ import trio.testing
 import trioplay
 from trioplay.stores.memory import MemoryStore
 
-from .support import CountingTool, find_email, leads, registry
+from .support import CountingTool, find_email, leads, map_with_hung_rows, registry
 
 
 async def run_play(play: Any, store: MemoryStore, tools: trioplay.ToolRegistry, **kw: Any) -> Any:
@@ -269,19 +269,7 @@ async def test_three_hung_rows_in_three_pages_do_not_stall_the_rest(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     # One call hangs in each of the first three pages (page_size 1000).
-    hung = {"d5.example", "d1005.example", "d2005.example"}
-
-    async def finder(input: dict[str, Any], _call: trioplay.ToolCall) -> Any:
-        if input["domain"] in hung:
-            await trio.sleep_forever()
-        await trio.sleep(0.05)
-        return {"email": "x@" + input["domain"]}
-
-    @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        return (
-            await ctx.dataset("s", leads(5000)).with_column("email", find_email).run(key="domain")
-        )
+    play, tools = map_with_hung_rows()
 
     progress: list[tuple[float, int]] = []
 
@@ -292,9 +280,7 @@ async def test_three_hung_rows_in_three_pages_do_not_stall_the_rest(
     store = MemoryStore()
     start = trio.current_time()
     with trio.move_on_after(120):
-        async with trioplay.open_runtime(
-            store=store, tools=registry(finder=finder), on_event=on_event
-        ) as rt:
+        async with trioplay.open_runtime(store=store, tools=tools, on_event=on_event) as rt:
             await rt.run(play, {}, run_id="r")
     assert (await store.count_rows("r", "s")).get("completed", 0) == 4997
     # 256 rows at a time, 50 ms each: the row limit allows about 5,000 rows/s.

@@ -14,7 +14,7 @@ import trio.testing
 import trioplay
 from trioplay.stores.memory import MemoryStore
 
-from .support import find_email, leads, registry
+from .support import map_with_hung_rows, registry
 
 KEYS = [
     "map",
@@ -324,21 +324,9 @@ async def test_the_stall_lines_name_three_hung_rows_in_three_pages(
     # Issue 12, acceptance 1b, second half: 5,000 rows, one call hanging in
     # each of the first three pages; each page's stall line names its row.
     caplog.set_level(logging.WARNING, logger="trioplay.stall")
-    hung = {"d5.example", "d1005.example", "d2005.example"}
+    play, tools = map_with_hung_rows()
 
-    async def finder(input: dict[str, Any], _call: trioplay.ToolCall) -> Any:
-        if input["domain"] in hung:
-            await trio.sleep_forever()
-        await trio.sleep(0.05)
-        return {"email": "x@" + input["domain"]}
-
-    @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        return (
-            await ctx.dataset("s", leads(5000)).with_column("email", find_email).run(key="domain")
-        )
-
-    async with trioplay.open_runtime(store=MemoryStore(), tools=registry(finder=finder)) as rt:
+    async with trioplay.open_runtime(store=MemoryStore(), tools=tools) as rt:
         with trio.move_on_after(125):
             await rt.run(play, {}, run_id="r")
     pages = by_page(stall_lines(caplog))
