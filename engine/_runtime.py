@@ -16,15 +16,14 @@ import trio
 
 from ._budget import ByteBudget
 from ._context import PlayContext
-from ._errors import PersistenceLatchTripped, PlayDefinitionError, PlayInputError, format_error
+from ._errors import PlayDefinitionError, PlayInputError, format_error
 from ._events import EventSink, RuntimeEvent, deliver
 from ._governor import Governor
-from ._groups import open_nursery
 from ._json import canonical_json, digest, dumps, dumps_output
 from ._limits import FetchTimeouts, Limits
 from ._owner import current_owner
 from ._plugins import open_store
-from ._receipts import Dispatcher, DispatchStats
+from ._receipts import DispatchStats, open_dispatcher
 from ._run import RunServices
 from ._store import Store
 from ._tools import ToolRegistry
@@ -156,18 +155,16 @@ class Runtime:
         output_json: str | None = None
         stats = DispatchStats()
         try:
-            async with open_nursery() as nursery:
-                dispatcher = Dispatcher(
-                    store=self.store,
-                    governor=self.governor,
-                    tools=self.tools,
-                    limits=self.limits,
-                    run_id=run_id,
-                    owner=self.owner,
-                    nursery=nursery,
-                    wall_clock=self.wall_clock,
-                    fetch=self.raw_fetch,
-                )
+            async with open_dispatcher(
+                store=self.store,
+                governor=self.governor,
+                tools=self.tools,
+                limits=self.limits,
+                run_id=run_id,
+                owner=self.owner,
+                wall_clock=self.wall_clock,
+                fetch=self.raw_fetch,
+            ) as dispatcher:
                 stats = dispatcher.stats
                 services = RunServices(
                     run_id=run_id,
@@ -184,12 +181,6 @@ class Runtime:
                     on_event=self.on_event,
                 )
                 output = await play(PlayContext(services), input)
-                await dispatcher.drain()
-                if dispatcher.latch is not None:
-                    raise PersistenceLatchTripped(
-                        f"run {run_id}: a completion could not be recorded ({dispatcher.latch})"
-                    ) from dispatcher.latch
-                nursery.cancel_scope.cancel()
             try:
                 output_json = dumps_output(output)
             except (TypeError, ValueError):

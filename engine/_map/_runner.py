@@ -167,11 +167,7 @@ class _MapRun:
         emit("map.progress", self._counts())  # the last counts, also of a map that failed
         if error is not None:
             raise error
-        latch = self.services.receipts.latch
-        if latch is not None:
-            raise PersistenceLatchTripped(
-                f"dataset {self.name!r}: a completion could not be recorded ({latch})"
-            ) from latch
+        self.services.receipts.raise_if_latched(f"dataset {self.name!r}")
         emit("map.finished", self._counts())
         return self.result
 

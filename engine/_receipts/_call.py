@@ -8,6 +8,7 @@ follow it through :class:`InFlight` instead of claiming its receipt again.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -39,14 +40,49 @@ class DispatchStats:
     fetches: int = 0
 
 
+class CallState(enum.IntEnum):
+    """Where a call is in its life; the order is that of the life (``>= SETTLING``: delivered).
+
+    ====================  ==================================================
+    from                  to, and who moves it
+    ====================  ==================================================
+    ``QUEUED``            ``CLAIMED`` (its claim came back ours: ``_claims``),
+                          ``DELIVERED`` (replayed, a recorded failure, the
+                          claim failed, the wait timed out, its owner left)
+    ``CLAIMED``           ``LOST`` (a heartbeat found its lease gone),
+                          ``SETTLING`` (its result or error is handed to the
+                          settler: ``_execute``), ``DELIVERED`` (its owner
+                          left before it settled; its lease is released)
+    ``LOST``              ``SETTLING`` (with :class:`LeaseLost`), ``DELIVERED``
+    ``SETTLING``          none: it leaves the calls in flight once written
+    ====================  ==================================================
+    """
+
+    QUEUED = 0  # made; its claim is not back yet
+    CLAIMED = 1  # its receipt is leased to us: to be run, or running
+    LOST = 2  # a heartbeat found its lease gone before it settled
+    SETTLING = 3  # delivered; its settlement is with the settler (in flight until written)
+    DELIVERED = 4  # delivered; nothing (more) to write
+
+
+QUEUED = CallState.QUEUED
+CLAIMED = CallState.CLAIMED
+LOST = CallState.LOST
+SETTLING = CallState.SETTLING
+DELIVERED = CallState.DELIVERED
+
+
 # eq=False: a call is a governor borrower, so it hashes (and compares) by identity.
 @attrs.define(eq=False, kw_only=True)
 class _Call:
     """One logical effect and the callers waiting for it.
 
-    The fields after ``retries`` are its state and keep their defaults at
+    The fields after ``row`` are its state and keep their defaults at
     construction (defaults in the signature cost nothing per call; attrs'
-    ``init=False`` fields would).
+    ``init=False`` fields would). Its life is :attr:`state` (a
+    :class:`CallState`); beside it, ``woken`` is the handshake with its
+    parked owner (see :func:`park`) and ``slotted`` says the owner holds a
+    governor slot taken for it: neither is a stage of the call's life.
     """
 
     operation: str
@@ -65,7 +101,7 @@ class _Call:
     retries: int = 0
     row: RowPhase | None = None  # the map row whose task makes the call (stall phases)
 
-    delivered: bool = False  # the result (or error) is in value (or error)
+    state: CallState = QUEUED
     followers: trio.Event | None = None  # set on delivery, for identical calls
     # Its owner waits (parked) until the call is delivered or is its to run.
     owner: trio.lowlevel.Task | None = None
@@ -74,10 +110,8 @@ class _Call:
     cohort: _Cohort | None = None
     value: Any = None
     error: BaseException | None = None
-    settling: bool = False  # its completion write is in flight (heartbeats skip it)
     lease_id: str = ""  # set when claimed
     expires_at: float = math.inf  # the last confirmed expiry of our lease
-    lost: bool = False  # a heartbeat found the lease gone
     scope: trio.CancelScope | None = None  # cancelled when the lease is lost
     slotted: bool = False  # its governor slot was taken for its owner (see Executor.admit)
 
@@ -132,9 +166,9 @@ class InFlight:
         """Hand ``call``'s result (or error) to its owner, its followers and its cohort."""
         call.value = value
         call.error = error
-        if not call.settling:
+        if call.state is not SETTLING:
             self.forget(call)
-        call.delivered = True
+            call.state = DELIVERED
         if call.followers is not None:
             call.followers.set()
         wake(call)
@@ -152,7 +186,7 @@ class InFlight:
     @staticmethod
     async def follow(call: _Call) -> Any:
         """The result of ``call``, once delivered (raises its error)."""
-        if not call.delivered:
+        if call.state < SETTLING:
             if call.followers is None:
                 call.followers = trio.Event()
             await call.followers.wait()

@@ -17,14 +17,14 @@ from .._errors import ReceiptWaitTimeout, error_from_record
 from .._json import loads
 from .._owner import owner_is_dead
 from .._records import Claimed, ClaimRequest, Held, Lease, Settled
-from ._call import _Cohort
+from ._call import CLAIMED, SETTLING, _Cohort
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from .._limits import Limits
     from .._records import ClaimOutcome, Receipt
-    from .._store import Store
+    from .._store import ReceiptStore
     from .._tools import BatchFunction, ToolSpec
     from ._call import DispatchStats, _Call
 
@@ -35,7 +35,7 @@ class Claimer:
     def __init__(
         self,
         *,
-        store: Store,
+        store: ReceiptStore,
         run_id: str,
         owner: str,
         limits: Limits,
@@ -115,6 +115,7 @@ class Claimer:
         if owned:
             cohort = _Cohort(len(owned))
             for call, claim in owned:
+                call.state = CLAIMED
                 call.lease_id = claim.lease_id
                 call.expires_at = claim.lease_expires_at
                 call.cohort = cohort
@@ -204,7 +205,7 @@ def sort_outcomes(
     gone: list[Lease] = []
     for call, outcome in zip(calls, outcomes, strict=True):
         if isinstance(outcome, Claimed):
-            if call.delivered:
+            if call.state >= SETTLING:
                 gone.append(Lease(call.key, outcome.lease_id))
             else:
                 owned.append((call, outcome))

@@ -29,8 +29,13 @@ The path of a tool call (each step in the module named):
    slot, and the call's place in flight, are held until that write is done.
 
 If recording a completion fails after the provider succeeded, the
-persistence latch trips: no further provider call starts in this run and
-the run fails with :class:`PersistenceLatchTripped`.
+persistence latch trips (``_settler``): no further provider call starts in
+this run, and the map and the run fail with :class:`PersistenceLatchTripped`
+(:meth:`Dispatcher.raise_if_latched`).
+
+:func:`open_dispatcher` opens a dispatcher in a nursery of its own, which
+holds every task it starts (the settler, lanes, claims, heartbeats, native
+batch requests); its block is where the run's play runs.
 
 The collaborators get the bound methods they need once, here, and never the
 dispatcher: the dependencies run ``_call <- _lane, _settler, _leases <-
@@ -39,13 +44,15 @@ _execute <- _claims <- _dispatcher``.
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from .._errors import PlayDefinitionError
+from .._groups import open_nursery
 from .._json import canonical_json
 from .._keys import tool_receipt_key
 from .._phase import calling
-from ._call import DispatchStats, InFlight, _Call, owner_gone
+from ._call import SETTLING, DispatchStats, InFlight, _Call, owner_gone
 from ._claims import Claimer
 from ._execute import Executor
 from ._lane import _Lane
@@ -53,13 +60,13 @@ from ._leases import Leases
 from ._settler import _Settler
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
 
     import trio
 
     from .._governor import Governor, ProviderGate
     from .._limits import Limits
-    from .._store import Store
+    from .._store import ReceiptStore
     from .._tools import FetchFunction, ToolRegistry
     from ._call import Execute
 
@@ -70,7 +77,7 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        store: Store,
+        store: ReceiptStore,
         governor: Governor,
         tools: ToolRegistry,
         limits: Limits,
@@ -122,12 +129,11 @@ class Dispatcher:
         self._run_owned = executor.run_owned
         self._lanes: dict[str, _Lane] = {}
         self._gates: dict[str, ProviderGate] = {}
-        nursery.start_soon(settler.run)
 
-    @property
-    def latch(self) -> BaseException | None:
-        """The error that tripped the persistence latch, if it tripped."""
-        return self._settler.latch
+    def raise_if_latched(self, subject: str) -> None:
+        """Fail ``subject`` (a map, a run) if a completion could not be recorded."""
+        if self._settler.latch is not None:
+            raise self._settler.latch_error(subject)
 
     async def drain(self) -> None:
         """Wait until every result delivered so far is durably settled (or failed to be)."""
@@ -233,7 +239,48 @@ class Dispatcher:
         try:
             await self._claim([call], inline=True)
         except BaseException:
-            if not call.delivered:
+            if call.state < SETTLING:
                 self._deliver(call, error=owner_gone(call))
             raise
         return await self._run_owned(call)
+
+
+@asynccontextmanager
+async def open_dispatcher(
+    *,
+    store: ReceiptStore,
+    governor: Governor,
+    tools: ToolRegistry,
+    limits: Limits,
+    run_id: str,
+    owner: str,
+    wall_clock: Callable[[], float],
+    fetch: FetchFunction | None,
+) -> AsyncIterator[Dispatcher]:
+    """``async with open_dispatcher(...) as receipts:`` the receipts of one run.
+
+    The dispatcher's tasks live in a nursery of its own, opened here and
+    closed on exit, so nothing it started outlives the block. Leaving the
+    block normally waits until every settlement handed over is written,
+    fails with :class:`PersistenceLatchTripped` if a completion could not
+    be, and then stops the lanes and heartbeats. Leaving it with an error
+    (or cancelled) cancels them; the settler gives the settlements still
+    pending one bounded, shielded try (``cleanup_timeout``).
+    """
+    async with open_nursery() as nursery:
+        dispatcher = Dispatcher(
+            store=store,
+            governor=governor,
+            tools=tools,
+            limits=limits,
+            run_id=run_id,
+            owner=owner,
+            nursery=nursery,
+            wall_clock=wall_clock,
+            fetch=fetch,
+        )
+        await nursery.start(dispatcher._settler.run)
+        yield dispatcher
+        await dispatcher.drain()
+        dispatcher.raise_if_latched(f"run {run_id}")
+        nursery.cancel_scope.cancel()

@@ -31,7 +31,7 @@ from .._json import dumps, loads
 from .._keys import idempotency_key
 from .._records import Completion, Failure, Lease
 from .._tools import ToolCall
-from ._call import outcome, owner_gone, park, wake
+from ._call import LOST, SETTLING, outcome, owner_gone, park, wake
 from ._leases import unsettled
 
 if TYPE_CHECKING:
@@ -97,14 +97,14 @@ class Executor:
         """
         try:
             await park(call)
-            if not call.delivered:
+            if call.state < SETTLING:
                 claim = call.claim
                 assert claim is not None
                 await self.execute([(call, claim)], None)
         finally:
             lease: Lease | None = None
-            if not call.delivered:
-                if call.claim is not None and not call.settling:
+            if call.state < SETTLING:
+                if call.claim is not None:
                     lease = Lease(call.key, call.claim.lease_id)
                 # Delivered first: from now on the governor grants it no slot.
                 self._deliver(call, error=owner_gone(call))
@@ -173,19 +173,17 @@ class Executor:
         before a retry. Once handed over, the governor slot is the settler's to release.
         """
         first = owned[0][0]
-        latch = self._settler.latch
-        if latch is not None and first.kind != "local":
-            error = PersistenceLatchTripped(
-                f"no new provider call: an earlier completion could not be recorded ({latch})"
-            )
-            self._settle(owned, [error] * len(owned))
+        if self._settler.latch is not None and first.kind != "local":
+            latched = self._settler.latch_error(f"{first.operation} {first.name!r} not called")
+            self._settle(owned, [latched] * len(owned))
             return None
         now = self._now()
-        if any(call.lost or call.expires_at <= now for call, _ in owned):
-            # Cheap ownership check from the last confirmed expiry: never call a
-            # provider for a receipt that may have a new owner by now.
-            self._settle(owned, [LeaseLost(call.key) for call, _ in owned])
-            return None
+        for call, _ in owned:
+            if call.state is LOST or call.expires_at <= now:
+                # Cheap ownership check from the last confirmed expiry: never call a
+                # provider for a receipt that may have a new owner by now.
+                self._settle(owned, [LeaseLost(call.key) for call, _ in owned])
+                return None
         timeout = first.timeout if first.timeout is not None else self._tool_timeout
         deadline = trio.current_time() + timeout
         tool_calls = [
@@ -211,16 +209,19 @@ class Executor:
                     results = [await first.execute(tool_calls[0])]
                 else:
                     results = list(await batch([call.input for call, _ in owned], tool_calls))
-            if any(call.lost for call, _ in owned):
-                results = [LeaseLost(call.key) for call, _ in owned]
-            elif scope.cancelled_caught:
-                results = [ToolTimeout(first.name, timeout, first.operation) for _ in owned]
-            elif len(results) != len(owned):
-                message = (
-                    f"batch tool {first.name!r} returned {len(results)} results "
-                    f"for {len(owned)} inputs"
-                )
-                results = [ToolExecutionError(message, tool_id=first.name) for _ in owned]
+            for call, _ in owned:
+                if call.state is LOST:
+                    results = [LeaseLost(call.key) for call, _ in owned]
+                    break
+            else:
+                if scope.cancelled_caught:
+                    results = [ToolTimeout(first.name, timeout, first.operation) for _ in owned]
+                elif len(results) != len(owned):
+                    message = (
+                        f"batch tool {first.name!r} returned {len(results)} results "
+                        f"for {len(owned)} inputs"
+                    )
+                    results = [ToolExecutionError(message, tool_id=first.name) for _ in owned]
         except Exception as exc:
             # Each member raises its own exception object: one object raised in
             # many tasks would tangle their tracebacks.
@@ -268,7 +269,7 @@ class Executor:
         """
         entries: list[tuple[Completion | Failure | Lease, _Call]] = []
         for (call, claim), result in zip(owned, results, strict=True):
-            call.settling = True
+            call.state = SETTLING
             if not isinstance(result, BaseException):
                 try:
                     text = dumps(result)
@@ -310,7 +311,7 @@ def _granted(call: _Call, slot: bool = True) -> bool:
     ``slot=False``: the provider is paused; the owner wakes without a slot and
     waits for its gates in :meth:`Executor.execute`.
     """
-    if call.delivered:
+    if call.state >= SETTLING:
         return False  # its owner is gone: the governor takes the slot back
     call.slotted = slot
     wake(call)

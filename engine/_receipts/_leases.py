@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._records import Lease
+from ._call import CLAIMED, LOST, SETTLING
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._limits import Limits
     from .._records import Claimed
-    from .._store import Store
+    from .._store import ReceiptStore
     from ._call import _Call, _Cohort
 
 log = logging.getLogger("trioplay")
@@ -23,7 +24,7 @@ log = logging.getLogger("trioplay")
 class Leases:
     """Renews and gives back the receipt leases of one run's claimed calls."""
 
-    def __init__(self, store: Store, now: Callable[[], float], limits: Limits) -> None:
+    def __init__(self, store: ReceiptStore, now: Callable[[], float], limits: Limits) -> None:
         self._store = store
         self._now = now
         self._lease_ttl = limits.lease_ttl
@@ -41,7 +42,7 @@ class Leases:
             with trio.move_on_after(interval):
                 await cohort.settled.wait()
                 return
-            live = [c for c in calls if not (c.settling or c.lost or c.delivered)]
+            live = [c for c in calls if c.state is CLAIMED]
             if not live:
                 return
             try:
@@ -58,8 +59,8 @@ class Leases:
             for call, expiry in zip(live, expiries, strict=True):
                 if expiry is not None:
                     call.expires_at = expiry
-                elif not (call.settling or call.delivered):
-                    call.lost = True
+                elif call.state is CLAIMED:
+                    call.state = LOST
                     if call.scope is not None:
                         call.scope.cancel()
 
@@ -77,4 +78,4 @@ class Leases:
 
 def unsettled(owned: list[tuple[_Call, Claimed]]) -> list[Lease]:
     """The leases of calls not yet handed to the settler."""
-    return [Lease(call.key, claim.lease_id) for call, claim in owned if not call.settling]
+    return [Lease(call.key, claim.lease_id) for call, claim in owned if call.state is not SETTLING]

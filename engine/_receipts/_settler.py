@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from .._errors import PersistenceLatchTripped
 from .._records import Completion, Failure, Lease
 from ._call import _Call
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from .._governor import ProviderGate
-    from .._store import Store
+    from .._store import ReceiptStore
 
 log = logging.getLogger("trioplay")
 
@@ -36,7 +37,7 @@ class _Settler:
 
     def __init__(
         self,
-        store: Store,
+        store: ReceiptStore,
         now: Callable[[], float],
         cleanup_timeout: float,
         forget: Callable[[_Call], None],
@@ -57,13 +58,27 @@ class _Settler:
         self._progress = trio.Event()  # set (and replaced) each time a batch is written
         self.latch: BaseException | None = None  # why the persistence latch tripped, if it did
 
+    def latch_error(self, subject: str) -> PersistenceLatchTripped:
+        """The error ``subject`` (a call, a map, a run) fails with once the latch tripped.
+
+        The one place that reads the latch for an error: the executor, the
+        map runner and the run all fail with this message.
+        """
+        assert self.latch is not None
+        error = PersistenceLatchTripped(
+            f"{subject}: an earlier completion could not be recorded ({self.latch}); "
+            "no further provider call starts in this run"
+        )
+        error.__cause__ = self.latch
+        return error
+
     def submit(
         self, entries: list[tuple[Completion | Failure | Lease, _Call]], borrower: _Call | None
     ) -> None:
         """Queue ``entries`` for the next write; the governor slot of ``borrower``
         (the executed call, if it took one) is released once all are written."""
         group = _Group(len(entries), borrower)
-        self._pending.extend((item, call, group) for item, call in entries)
+        self._pending += [(item, call, group) for item, call in entries]
         self._submitted += len(entries)
         self._wakeup.set()
 
@@ -83,7 +98,8 @@ class _Settler:
         self._progress.set()
         self._progress = trio.Event()
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
         try:
             while True:
                 await self._wakeup.wait()
