@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._effects import DurableEffects
 from ._keys import step_receipt_key
 from ._map import Dataset
 from ._plugins import source
@@ -11,22 +12,15 @@ from ._plugins import source
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    from ._fetch import FetchResponse
-    from ._limits import FetchTimeouts
-    from ._run import RunServices
 
-
-class PlayContext:
+class PlayContext(DurableEffects):
     """The first argument of a play: datasets, sources, durable effects, logging.
 
     Every external effect (``tool``, ``fetch``, ``step``) is durable: recorded
     once in a receipt, replayed on rerun, never paid for twice.
     """
 
-    __slots__ = ("_services",)
-
-    def __init__(self, services: RunServices) -> None:
-        self._services = services
+    __slots__ = ()
 
     # -- identity -----------------------------------------------------------
     @property
@@ -67,43 +61,6 @@ class PlayContext:
         """Stream rows from a JSON Lines file (one object per line); checked like :meth:`csv`."""
         return source("jsonl", path, required)
 
-    async def tool(
-        self,
-        tool_id: str,
-        input: Any,
-        *,
-        force: bool = False,
-        stale_after: float | None = None,
-        timeout: float | None = None,
-        receipt_wait: float | None = None,
-        key: str | None = None,
-    ) -> Any:
-        """Call a registered tool through its receipt.
-
-        A completed receipt for the same tool and input (within this play) is
-        replayed without calling the provider. ``force=True`` calls again
-        (never while another owner holds a live lease); ``stale_after`` (s)
-        refreshes older results; ``timeout`` (s) bounds the call;
-        ``receipt_wait`` (s) bounds waiting on another owner; ``key`` replaces
-        the content-addressed receipt key.
-
-        Raises :class:`UnknownToolError`, :class:`ToolExecutionError` (also
-        replayed from a recorded failure), :class:`ProviderTransientError`,
-        :class:`ReceiptWaitTimeout`, :class:`LeaseLost`,
-        :class:`PersistenceLatchTripped`.
-        """
-        services = self._services
-        return await services.receipts.call_tool(
-            tool_id,
-            input,
-            scope=services.play,
-            force=force,
-            stale_after=stale_after,
-            timeout=timeout,
-            receipt_wait=receipt_wait,
-            key=key,
-        )
-
     async def step(
         self, key: str, fn: Callable[[], Any], *, stale_after: float | None = None
     ) -> Any:
@@ -113,36 +70,6 @@ class PlayContext:
         """
         services = self._services
         return await services.step(step_receipt_key(services.run_id, key), key, fn, stale_after)
-
-    async def fetch(
-        self,
-        url: str,
-        *,
-        method: str = "GET",
-        headers: Mapping[str, Any] | None = None,
-        json: Any = None,
-        content: bytes | str | None = None,
-        auth: Any = None,
-        timeouts: FetchTimeouts | None = None,
-        stale_after: float | None = None,
-        force: bool = False,
-    ) -> FetchResponse:
-        """An HTTP request under deadlines and egress rules, recorded in a receipt.
-
-        See ``docs/fetch.md``. Raises :class:`FetchTimeout`,
-        :class:`UnsafeOutboundUrl`, :class:`FetchError`.
-        """
-        return await self._services.fetch(
-            url,
-            method=method,
-            headers=headers,
-            json=json,
-            content=content,
-            auth=auth,
-            timeouts=timeouts,
-            stale_after=stale_after,
-            force=force,
-        )
 
     def log(self, message: str) -> None:
         """Log a line for this run (logger ``trioplay.play``, and a ``play.log`` event)."""

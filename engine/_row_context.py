@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._effects import DurableEffects
 from ._keys import row_step_receipt_key
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
-    from ._fetch import FetchResponse
-    from ._limits import FetchTimeouts
     from ._run import RunServices
 
 
-class RowContext:
+class RowContext(DurableEffects):
     """The second argument of a resolver: ``tool``, ``fetch``, ``step``, ``log`` for one row.
 
     ``dataset`` and ``key`` name the row. The effects are the play's (see
@@ -23,7 +22,7 @@ class RowContext:
     from the row's task itself, see :mod:`trioplay._phase`.)
     """
 
-    __slots__ = ("_services", "dataset", "key")
+    __slots__ = ("dataset", "key")
 
     def __init__(self, services: RunServices, dataset: str, key: str) -> None:
         self._services = services
@@ -34,30 +33,6 @@ class RowContext:
     def run_id(self) -> str:
         return self._services.run_id
 
-    async def tool(
-        self,
-        tool_id: str,
-        input: Any,
-        *,
-        force: bool = False,
-        stale_after: float | None = None,
-        timeout: float | None = None,
-        receipt_wait: float | None = None,
-        key: str | None = None,
-    ) -> Any:
-        """Same as :meth:`PlayContext.tool`."""
-        services = self._services
-        return await services.receipts.call_tool(
-            tool_id,
-            input,
-            scope=services.play,
-            force=force,
-            stale_after=stale_after,
-            timeout=timeout,
-            receipt_wait=receipt_wait,
-            key=key,
-        )
-
     async def step(
         self, key: str, fn: Callable[[], Any], *, stale_after: float | None = None
     ) -> Any:
@@ -65,32 +40,6 @@ class RowContext:
         services = self._services
         receipt_key = row_step_receipt_key(services.run_id, self.dataset, self.key, key)
         return await services.step(receipt_key, key, fn, stale_after)
-
-    async def fetch(
-        self,
-        url: str,
-        *,
-        method: str = "GET",
-        headers: Mapping[str, Any] | None = None,
-        json: Any = None,
-        content: bytes | str | None = None,
-        auth: Any = None,
-        timeouts: FetchTimeouts | None = None,
-        stale_after: float | None = None,
-        force: bool = False,
-    ) -> FetchResponse:
-        """Same as :meth:`PlayContext.fetch`; from its admission, the row is in phase ``fetch``."""
-        return await self._services.fetch(
-            url,
-            method=method,
-            headers=headers,
-            json=json,
-            content=content,
-            auth=auth,
-            timeouts=timeouts,
-            stale_after=stale_after,
-            force=force,
-        )
 
     def log(self, message: str) -> None:
         """Log a line for this row (logger ``trioplay.play``, and a ``play.log`` event)."""
