@@ -194,7 +194,7 @@ class _Queued(_Waiter):
     __slots__ = ("granted", "row")
 
     def __init__(self, borrower: Any, granted: Granted, row: RowPhase | None) -> None:
-        super().__init__(borrower)
+        self.borrower = borrower
         self.granted = granted
         self.row = row
 
@@ -289,7 +289,7 @@ class Governor:
             self.external.borrowed_tokens < self._cap
             and gate.held < self._limit
             and not gate.waiters
-            and not gate.is_paused()
+            and not (gate.paused and gate.is_paused())
         )
 
     def _take(self, gate: ProviderGate, borrower: object) -> None:
@@ -302,7 +302,7 @@ class Governor:
 
     def try_acquire(self, gate: ProviderGate | None, borrower: object) -> bool:
         """Pass every gate now if none would make us wait (no checkpoint)."""
-        provider = self._resolve(gate)
+        provider = gate if gate is not None else self._resolve(gate)
         if not self._free_for(provider):
             return False
         limiter = provider.limiter
@@ -399,7 +399,7 @@ class Governor:
         waits in :meth:`acquire`. While it is queued, ``row`` (the map row
         the call is for, if any) is in phase ``governor``.
         """
-        provider = self._resolve(gate)
+        provider = gate if gate is not None else self._resolve(gate)
         if self._free_for(provider):
             self._take(provider, borrower)
             return True

@@ -17,9 +17,10 @@ reads the clock, and happens only when a call waits or fetches.
 from __future__ import annotations
 
 from contextvars import ContextVar, Token
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import trio
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 Phase = Literal["resolver", "governor", "fetch"]
 
@@ -27,19 +28,19 @@ Phase = Literal["resolver", "governor", "fetch"]
 class RowPhase:
     """What one row is doing: its phase since when, and the call it is in."""
 
-    __slots__ = ("key", "phase", "phase_started_at", "provider", "started_at", "tool")
+    __slots__ = ("_now", "key", "phase", "phase_started_at", "provider", "started_at", "tool")
 
-    def __init__(self, key: str | None, now: float) -> None:
+    def __init__(self, key: str | None, now: Callable[[], float]) -> None:
+        self._now = now  # the Trio clock's current_time
         self.key = key
         self.phase: Phase = "resolver"
-        self.phase_started_at = now
-        self.started_at = now
+        self.phase_started_at = self.started_at = now()
         self.tool: str | None = None
         self.provider: str | None = None
 
     def enter(self, phase: Phase) -> None:
         self.phase = phase
-        self.phase_started_at = trio.current_time()
+        self.phase_started_at = self._now()
 
     def calling(self, tool: str, provider: str) -> None:
         self.tool = tool
