@@ -8,6 +8,7 @@ import counts: at module level, inside functions (lazy imports) and under
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,33 @@ def test_stores_and_adapters_use_only_the_public_engine(package: str) -> None:
         for module, path in _modules(package).items()
     }
     assert {module: found for module, found in private.items() if found} == {}
+
+
+def _where_a_change_goes() -> list[tuple[str, str]]:
+    """The rows of the "Where a change goes" table of docs/architecture.md."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("### Where a change goes", 1)[1].split("\n#", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] not in ("the change", "---"):
+            rows.append((cells[0], cells[1]))
+    return rows
+
+
+def test_the_newcomer_table_names_five_changes_and_rooms_that_exist() -> None:
+    rows = _where_a_change_goes()
+    changes = " ".join(change for change, _ in rows)
+    for kind in ("store", "column option", "stall field", "CLI verb", "governor rule"):
+        assert kind in changes, f"docs/architecture.md names no room for a new {kind}"
+    for change, room in rows:
+        named = [token for token in room.split("`")[1::2] if "/" in token]
+        assert named, f"{change!r}: the room names no file"
+        for token in named:
+            assert (ROOT / token).exists(), f"{change!r}: {token} does not exist"
+        # Every symbol named in parentheses after a file is defined in that file.
+        for file, symbols in re.findall(r"`([\w/]+\.py)` \(([^)]*)\)", room):
+            source = (ROOT / file).read_text(encoding="utf-8")
+            for symbol in re.findall(r"`([\w.]+)`", symbols):
+                last = symbol.split(".")[-1]
+                assert re.search(rf"\b(class|def) {last}\b", source), f"{file}: no {symbol}"
