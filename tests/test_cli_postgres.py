@@ -18,17 +18,10 @@ import pytest
 import trio
 
 from .support import TRIOPLAY
-from .test_postgres import (
-    DSN,
-    CuttableProxy,
-    _admin,
-    drop_schema,
-    new_schema_name,
-    require_postgres,
-)
+from .test_postgres import DSN, CuttableProxy, _admin
+from .test_postgres import schema as schema  # the fixture: a schema of the test's own
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 pytestmark = [pytest.mark.postgres, pytest.mark.deadline(90)]
@@ -58,34 +51,27 @@ async def cut(ctx, input):
 """
 
 
-@pytest.fixture
-def pg_schema() -> Iterator[str]:
-    require_postgres()
-    name = new_schema_name()
-    try:
-        yield name
-    finally:
-        drop_schema(name)
-
-
-def _through(port: int, schema: str) -> str:
+def _through(port: int, name: str) -> str:
     """The test server's URL, with the proxy's port and the test's schema."""
     params = psycopg.conninfo.conninfo_to_dict(DSN)
     user = quote(str(params.get("user") or "postgres"))
     if params.get("password"):
         user += ":" + quote(str(params["password"]))
-    return f"postgresql://{user}@127.0.0.1:{port}/{params.get('dbname') or 'test'}?schema={schema}"
+    return f"postgresql://{user}@127.0.0.1:{port}/{params.get('dbname') or 'test'}?schema={name}"
 
 
-def _committed(schema: str) -> int:
+def _committed(name: str) -> int:
     try:
-        [(count,)] = _admin(f'SELECT count(*) FROM "{schema}".sheet_rows')
+        [(count,)] = _admin(f'SELECT count(*) FROM "{name}".sheet_rows')
     except psycopg.errors.UndefinedTable:
         return 0
     return int(count)
 
 
-async def test_a_cut_shows_the_write_that_failed_once(tmp_path: Path, pg_schema: str) -> None:
+async def test_a_cut_shows_the_write_that_failed_once(
+    tmp_path: Path,
+    schema: str,
+) -> None:
     play = tmp_path / "cut.py"
     play.write_text(PLAY)
     params = psycopg.conninfo.conninfo_to_dict(DSN)
@@ -94,7 +80,7 @@ async def test_a_cut_shows_the_write_that_failed_once(tmp_path: Path, pg_schema:
         await nursery.start(proxy.serve)
         argv = [
             str(TRIOPLAY), "run", str(play), "--run-id", "r",
-            "--store", _through(proxy.port, pg_schema),
+            "--store", _through(proxy.port, schema),
             "--limit", "writer_max_flush=0.02", "--limit", "cleanup_timeout=0.5",
         ]  # fmt: skip
         done: list[subprocess.CompletedProcess[bytes]] = []
@@ -111,7 +97,7 @@ async def test_a_cut_shows_the_write_that_failed_once(tmp_path: Path, pg_schema:
         nursery.start_soon(run)
         # Cut once rows are being written (read straight from the server).
         while not ended.is_set():
-            if await trio.to_thread.run_sync(_committed, pg_schema) >= 300:
+            if await trio.to_thread.run_sync(_committed, schema) >= 300:
                 break
             await trio.sleep(0.05)
         assert not ended.is_set(), "the run ended before the cut"
@@ -121,13 +107,13 @@ async def test_a_cut_shows_the_write_that_failed_once(tmp_path: Path, pg_schema:
         nursery.cancel_scope.cancel()
     [finished] = done
     stdout, stderr = finished.stdout.decode(), finished.stderr.decode()
-    url = _through(proxy.port, pg_schema)
+    url = _through(proxy.port, schema)
     assert finished.returncode == 1, stderr
     assert stdout.startswith("run r: failed (play cut, attempt 1)\n"), stdout
     # The summary counts what the sheet holds, although it could not ask the store.
     counted = re.search(r"^  leads: ([\d,]+) completed, 0 failed, 0 skipped$", stdout, re.M)
     assert counted is not None, stdout
-    assert int(counted.group(1).replace(",", "")) == _committed(pg_schema) >= 300
+    assert int(counted.group(1).replace(",", "")) == _committed(schema) >= 300
 
     # One error, the run's own: a write the cut broke, named with the store.
     [error] = [line for line in stderr.splitlines() if line.startswith("error: ")]
