@@ -1,12 +1,14 @@
 """The ``trioplay`` command line (also ``python -m trioplay``).
 
 Commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``,
-``config``. Each
-returns an exit code: 0 success, 1 a failed run (or an unexpected error), 2 a
-usage or input problem (bad arguments, a missing file, a bad store URL,
+``config``; docs/cli.md describes every one, and tests/test_cli_docs.py
+keeps it in step with ``--help``. Each returns an exit code (``_common``):
+0 success, 1 a failed run (or an unexpected error), 2 a usage or input
+problem (bad arguments or configuration, a missing file, a bad store URL,
 :class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`),
-130 when interrupted with Ctrl-C. Errors are one line, ``error: ...``, on
-stderr; ``--debug`` adds the traceback.
+3 a completed run whose ``--out`` failed, 130 after Ctrl-C, 143 after
+SIGTERM. Errors are one line, ``error: ...``, on stderr; ``--debug`` adds
+the traceback.
 
 Progress goes to stderr (see ``_progress``), summaries and tables to stdout,
 and so do the log lines of ``trioplay.stall`` and of plays (``ctx.log``).
