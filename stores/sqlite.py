@@ -15,6 +15,7 @@ import os
 import sqlite3
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
@@ -124,6 +125,13 @@ class SqliteStore:
         self._worker = _Worker(self._path)
         try:
             await self._call("open", partial(_migrate, url=self.url))
+        except StoreError as exc:
+            await self.aclose()
+            # A few stat calls, on the way out of a failed open only.
+            problem = path_problem(self._path)
+            if problem is None:
+                raise
+            raise StoreError(f"{self.url}: open: {problem}") from exc.__cause__
         except BaseException:
             await self.aclose()
             raise
@@ -317,6 +325,41 @@ class SqliteStore:
         params = [(now, *_page_lease(lease))]
         [released] = await self._call("release_page", partial(_fenced, _RELEASE_PAGE, params))
         return released
+
+
+def path_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why SQLite cannot keep a database at ``path``, and what to do instead.
+
+    ``None`` when nothing visible is wrong. SQLite itself says only "unable
+    to open database file"; :meth:`SqliteStore.open` asks this when opening
+    fails, and the command line asks it before it starts a run.
+    """
+    shown = os.fspath(path)
+    if shown == ":memory:":
+        return None
+    target = Path(shown)
+    if target.is_dir():
+        return (
+            f"{shown} is a directory; name a database file, such as "
+            f"sqlite:///{target / 'trioplay.db'}"
+        )
+    # The nearest existing folder is where the missing ones, the file and its -wal go.
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return (
+            f"{folder} is a file, not a directory, so {shown} cannot be created below it; "
+            f"name a path in a directory, or move {folder} away"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        why = "is on a read-only filesystem" if read_only else "is not writable"
+        return (
+            f"the directory {folder} {why}; SQLite creates the database and its -wal and "
+            "-shm files there: name a path in a writable directory"
+        )
+    return None
 
 
 @contextmanager

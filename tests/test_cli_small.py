@@ -1,5 +1,6 @@
 """Issue 14, point 5: smaller things a new user meets on the command line.
-Every test runs the real entry point."""
+Every test runs the real entry point. The store path messages are in
+test_store_paths.py, with the library's."""
 
 from __future__ import annotations
 
@@ -49,26 +50,6 @@ def test_system_exit_while_importing_a_play_file_is_reported(tmp_path: Path) -> 
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         f"error: {play}: importing it raised SystemExit(3); a play file must not exit"
-    )
-
-
-def test_a_store_path_that_cannot_be_a_database_says_why(tmp_path: Path) -> None:
-    play = tmp_path / "boom.py"
-    play.write_text(BOOM)
-    folder = tmp_path / "folder.db"
-    folder.mkdir()
-    done = run_trioplay("run", str(play), "--store", f"sqlite:///{folder}", cwd=tmp_path)
-    assert done.returncode == 2
-    assert done.stderr.strip() == (
-        f"error: store sqlite:///{folder}: {folder} is a directory; "
-        "name a database file, such as sqlite:///" + str(folder / "trioplay.db")
-    )
-    blocker = tmp_path / "file"
-    blocker.write_text("x\n")
-    done = run_trioplay("runs", "list", "--store", f"sqlite:///{blocker}/s.db", cwd=tmp_path)
-    assert done.returncode == 2
-    assert done.stderr.strip() == (
-        f"error: store sqlite:///{blocker}/s.db: {blocker} is a file, not a directory"
     )
 
 

@@ -128,12 +128,7 @@ def open_store(url):
 
 
 def test_the_first_error_is_shown_when_the_store_goes_away(tmp_path: Path) -> None:
-    plugins = tmp_path / "plugins"
-    info = plugins / "cutstore-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cutstore\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[trioplay.stores]\ncut = cutstore:open_store\n")
-    (plugins / "cutstore.py").write_text(CUT_STORE)
+    plugins = _plugin(tmp_path, "cut", CUT_STORE)
     play = tmp_path / "rows.py"
     play.write_text(
         "import trioplay\n"
@@ -152,3 +147,169 @@ def test_the_first_error_is_shown_when_the_store_goes_away(tmp_path: Path) -> No
     assert len(errors) == 1, done.stderr
     assert "write_terminal_rows: connection lost while writing 3 rows" in errors[0]
     assert "list_datasets" not in done.stderr
+
+
+def _plugin(tmp_path: Path, scheme: str, source: str) -> Path:
+    """A folder holding a store plugin for ``scheme://`` (put it on PYTHONPATH)."""
+    plugins = tmp_path / "plugins"
+    module = f"{scheme}store"
+    info = plugins / f"{module}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[trioplay.stores]\n{scheme} = {module}:open_store\n")
+    (plugins / f"{module}.py").write_text(source)
+    return plugins
+
+
+CUT_LATER = '''
+"""A store whose connection is cut at its second sheet write (a test double)."""
+from pathlib import Path
+
+from trioplay import StoreError
+from trioplay.stores.memory import MemoryStore
+
+HELD = Path(__file__).with_name("held.txt")
+
+
+class CutLater(MemoryStore):
+    writes = 0
+
+    async def write_terminal_rows(self, run_id, dataset, rows):
+        self.writes += 1
+        if self.writes > 1:
+            raise StoreError("write_terminal_rows: connection lost")
+        await super().write_terminal_rows(run_id, dataset, rows)
+        HELD.write_text(str(len(rows)))
+
+    async def list_datasets(self, *args, **kwargs):
+        raise StoreError("list_datasets: connection lost")
+
+
+def open_store(url):
+    return CutLater()
+'''
+
+
+def test_the_summary_counts_the_rows_written_before_the_writer_failed(tmp_path: Path) -> None:
+    plugins = _plugin(tmp_path, "cutlater", CUT_LATER)
+    play = tmp_path / "slow.py"
+    play.write_text(
+        "import trio, trioplay\n"
+        "async def slow(row, rc):\n"
+        "    await trio.sleep(0 if row['k'] < 5 else 0.5)\n"
+        "    return row['k']\n"
+        "@trioplay.play('slow')\n"
+        "async def slow_play(ctx, input):\n"
+        "    rows = [{'k': k} for k in range(10)]\n"
+        "    await ctx.dataset('d', rows).with_column('v', slow).run(key='k')\n"
+    )
+    # No periodic progress: only the map's last counts can reach the summary.
+    done = run_trioplay(
+        "run", str(play), "--store", "cutlater://", "--run-id", "r",
+        "--limit", "progress_flush_interval=60", "--limit", "writer_max_flush=0.05",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(plugins)},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    held = int((plugins / "held.txt").read_text())
+    assert 1 <= held <= 5  # the immediate rows, in one batch unless the machine is slow
+    assert f"\n  d: {held} completed, 0 failed, 0 skipped\n" in done.stdout, done.stdout
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert error == "error: StoreError: write_terminal_rows: connection lost"
+
+
+NO_RECEIPTS = '''
+"""A store that cannot record completions (a test double)."""
+from trioplay import StoreError
+from trioplay.stores.memory import MemoryStore
+
+
+class NoReceipts(MemoryStore):
+    async def complete_many(self, items, *, now):
+        raise StoreError(f"complete_many: connection lost while writing {len(items)}")
+
+
+def open_store(url):
+    return NoReceipts()
+'''
+
+MANY_CALLS = """
+import trio, trioplay
+
+tools = trioplay.ToolRegistry()
+
+
+@tools.tool("finder")
+async def finder(input, call):
+    await trio.sleep(0.01)
+    return input["k"]
+
+
+async def found(row, rc):
+    return await rc.tool("finder", {"k": row["k"]})
+
+
+@trioplay.play("many")
+async def many(ctx, input):
+    rows = [{"k": k} for k in range(40)]
+    await ctx.dataset("d", rows).with_column("v", found).run(key="k")
+"""
+
+
+def test_a_warning_repeated_per_call_is_said_once_with_a_count(tmp_path: Path) -> None:
+    plugins = _plugin(tmp_path, "noreceipts", NO_RECEIPTS)
+    play = tmp_path / "many.py"
+    play.write_text(MANY_CALLS)
+    argv = ["run", str(play), "--store", "noreceipts://", "--run-id", "r"]
+    env = {"PYTHONPATH": str(plugins)}
+    marker = "trioplay: tool 'finder' succeeded but its receipt could not be recorded"
+
+    debug = run_trioplay(*argv, "--debug", cwd=tmp_path, env=env)
+    assert debug.returncode == 1, debug.stderr
+    every = [line for line in debug.stderr.splitlines() if line.startswith(marker)]
+    assert len(every) > 1  # one per call in flight: --debug shows each one
+
+    done = run_trioplay(*argv, cwd=tmp_path, env=env)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert len([line for line in lines if line.startswith(marker)]) == 1, done.stderr
+    [more] = [line for line in lines if " more like " in line]
+    assert re.fullmatch(
+        r'trioplay: ([\d,]+) more like "tool \'finder\' succeeded but its receipt could not '
+        r'be recorded \(.*…" not shown \(--debug shows every one\)',
+        more,
+    ), more
+    assert int(re.findall(r"[\d,]+", more)[0]) >= 1
+    # Said before the error line, which stays the last but one.
+    assert lines.index(more) < len(lines) - 2
+    assert lines[-2].startswith("error: ")
+
+
+STALLS = """
+import trio, trioplay
+
+
+async def stuck(row, rc):
+    await trio.sleep(1.2)
+    return row["k"]
+
+
+@trioplay.play("stalls")
+async def stalls(ctx, input):
+    await ctx.dataset("d", [{"k": 1}]).with_column("v", stuck).run(key="k")
+"""
+
+
+def test_stall_lines_are_never_collapsed(tmp_path: Path) -> None:
+    play = tmp_path / "stalls.py"
+    play.write_text(STALLS)
+    done = run_trioplay(
+        "run", str(play), "--store", f"sqlite:///{tmp_path / 's.db'}",
+        "--limit", "stall_log_interval=0.3",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    stalls = [line for line in lines if line.startswith("trioplay.stall: [runtime.map_stall]")]
+    assert len(stalls) >= 2, done.stderr
+    assert " more like " not in done.stderr

@@ -1,12 +1,14 @@
 """The ``trioplay`` command line (also ``python -m trioplay``).
 
 Commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``,
-``config``. Each
-returns an exit code: 0 success, 1 a failed run (or an unexpected error), 2 a
-usage or input problem (bad arguments, a missing file, a bad store URL,
+``config``; docs/cli.md describes every one, and tests/test_cli_docs.py
+keeps it in step with ``--help``. Each returns an exit code (``_common``):
+0 success, 1 a failed run (or an unexpected error), 2 a usage or input
+problem (bad arguments or configuration, a missing file, a bad store URL,
 :class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`),
-130 when interrupted with Ctrl-C. Errors are one line, ``error: ...``, on
-stderr; ``--debug`` adds the traceback.
+3 a completed run whose ``--out`` failed, 130 after Ctrl-C, 143 after
+SIGTERM. Errors are one line, ``error: ...``, on stderr; ``--debug`` adds
+the traceback.
 
 Progress goes to stderr (see ``_progress``), summaries and tables to stdout,
 and so do the log lines of ``trioplay.stall`` and of plays (``ctx.log``).
@@ -49,6 +51,9 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
+_STALL_LOGGER = "trioplay.stall"
+"""The stall observer's logger (engine/_map/_stall.py): its lines are never collapsed."""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
@@ -74,22 +79,59 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class _LogHandler(logging.Handler):
-    """Log lines to stderr as it is now, or through ``sink`` (above a live progress bar)."""
+    """Log lines to stderr as it is now, or through ``sink`` (above a live progress bar).
+
+    A warning that repeats (the same logger and message template: after a
+    store failure, one per call that was in flight) is shown once; how many
+    more there were is said by :meth:`say_repeats`. Stall lines
+    (``trioplay.stall``) are periodic reports, each one news, and always
+    shown; with ``--debug`` every line is.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.sink: Callable[[str], None] | None = None
+        self.collapse = True
+        self._repeats: dict[tuple[str, object], _Repeat] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = self.format(record)
-            if self.sink is not None:
-                self.sink(text)
-            else:
-                sys.stderr.write(text + "\n")
-                sys.stderr.flush()
+            if self.collapse and record.levelno >= logging.WARNING and record.name != _STALL_LOGGER:
+                key = (record.name, record.msg)
+                seen = self._repeats.get(key)
+                if seen is not None:
+                    seen.more += 1
+                    return
+                self._repeats[key] = _Repeat(record.name, record.getMessage())
+            self._write(text)
         except Exception:
             self.handleError(record)
+
+    def say_repeats(self) -> None:
+        """One line per repeated warning not shown; then start counting afresh."""
+        repeats, self._repeats = self._repeats, {}
+        for repeat in repeats.values():
+            if repeat.more:
+                first = repeat.message if len(repeat.message) <= 72 else repeat.message[:71] + "…"
+                self._write(
+                    f'{repeat.logger}: {repeat.more:,} more like "{first}" not shown '
+                    "(--debug shows every one)"
+                )
+
+    def _write(self, text: str) -> None:
+        if self.sink is not None:
+            self.sink(text)
+        else:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+
+
+@attrs.define
+class _Repeat:
+    logger: str
+    message: str
+    more: int = 0
 
 
 @attrs.define
@@ -102,14 +144,21 @@ class _Session:
     @contextlib.contextmanager
     def logging(self) -> Iterator[None]:
         # Play logs (trioplay.play) are INFO, stall lines (trioplay.stall) WARNING.
+        # psycopg's warnings (the PostgreSQL store's driver) take the same way,
+        # so that they too print above a progress bar and are said once.
         self.handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        self.handler.collapse = not self.debug
         logger = logging.getLogger("trioplay")
         level = logger.level
         logger.addHandler(self.handler)
         logger.setLevel(logging.DEBUG if self.debug else logging.INFO)
+        driver = logging.getLogger("psycopg")
+        driver.addHandler(self.handler)
         try:
             yield
         finally:
+            self.handler.say_repeats()
+            driver.removeHandler(self.handler)
             logger.removeHandler(self.handler)
             logger.setLevel(level)
 
@@ -119,6 +168,7 @@ class _Session:
         try:
             yield
         finally:
+            self.handler.say_repeats()  # before the summary, while the sink is live
             self.handler.sink = None
 
     def report_error(self, exc: BaseException, *, usage: bool) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import tempfile
 from datetime import datetime
@@ -17,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
+
+from trioplay.stores.sqlite import path_problem
 
 from .._errors import PlayDefinitionError, PlayInputError
 from .._plugins import open_store
@@ -97,28 +98,10 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
 
 
 def _check_sqlite_path(url: str, path: str) -> None:
-    """Say why a SQLite file cannot be opened, where SQLite would only say "unable to open"."""
-    if path == ":memory:":
-        return
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError(
-            f"store {url}: {path} is a directory; name a database file, such as "
-            f"sqlite:///{target / 'trioplay.db'}"
-        )
-    # The nearest existing folder is where SQLite creates the file (and its -wal).
-    folder = target.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        raise UsageError(f"store {url}: {folder} is a file, not a directory")
-    if not os.access(folder, os.W_OK):
-        readonly = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-        why = "is on a read-only filesystem" if readonly else "is not writable"
-        raise UsageError(
-            f"store {url}: the folder {folder} {why}; SQLite writes the database and "
-            "its -wal file there (give --store a path on a writable disk)"
-        )
+    """Refuse a SQLite path that cannot hold a database before the run starts (exit 2)."""
+    problem = path_problem(path)
+    if problem is not None:
+        raise UsageError(f"store {url}: {problem}")
 
 
 @contextlib.asynccontextmanager

@@ -70,15 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument(
-        "--store", default=DEMO_STORE_URL, help=f"store URL (default: {DEMO_STORE_URL})"
+        "--store",
+        metavar="URL",
+        default=DEMO_STORE_URL,
+        help=f"store URL (default: {DEMO_STORE_URL})",
     )
     demo.add_argument(
         "--rows",
+        metavar="N",
         type=_demo_rows,
         default=None,
         help="use N generated leads instead of the bundled file (the same first rows)",
     )
-    demo.add_argument("--out", default=DEMO_OUT, help=f"output file (default: {DEMO_OUT})")
+    demo.add_argument(
+        "--out", metavar="FILE", default=DEMO_OUT, help=f"output file (default: {DEMO_OUT})"
+    )
     _add_output_options(demo)
     demo.set_defaults(command=_cmd_demo)
 
@@ -95,9 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--csv", metavar="FILE", help='set input["csv"] to FILE')
     _add_store_option(run)
     _add_run_settings(run)
-    run.add_argument("--run-id", help="the run id (default: derived from the play and input)")
+    run.add_argument(
+        "--run-id", metavar="RUN", help="the run id (default: derived from the play and input)"
+    )
     run.add_argument(
         "--out",
+        metavar="FILE",
         help="export the datasets the run wrote: one dataset to FILE (- for standard "
         "output), several to FILE-stem.<dataset>.<ext>",
     )
@@ -108,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs_commands = runs.add_subparsers(title="commands", metavar="COMMAND", required=True)
     runs_list = runs_commands.add_parser("list", parents=[common], help="recent runs")
     _add_store_option(runs_list)
-    runs_list.add_argument("--limit", type=_positive_int, default=50, help="at most N runs")
+    runs_list.add_argument(
+        "--limit", metavar="N", type=_positive_int, default=50, help="at most N runs (default: 50)"
+    )
     runs_list.set_defaults(command=_cmd_runs_list)
     runs_show = runs_commands.add_parser("show", parents=[common], help="one run in detail")
     runs_show.add_argument("run_id", metavar="RUN")
@@ -127,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("run_id", metavar="RUN")
     export.add_argument("dataset", metavar="DATASET")
-    export.add_argument("--out", required=True, help="the file to write (- for standard output)")
+    export.add_argument(
+        "--out", metavar="FILE", required=True, help="the file to write (- for standard output)"
+    )
     _add_store_option(export)
     _add_output_options(export)
     export.set_defaults(command=_cmd_export)

@@ -153,18 +153,22 @@ class _MapRun:
         emit = self.services.emit
         emit("map.started", {"map": self.name, "total": self.total})
         error: Exception | None = None
-        async with open_nursery() as nursery:
-            await nursery.start(self.writer.run)
-            nursery.start_soon(self._report_progress)
-            try:
-                await self._run_pages(opened.rows, opened.reread)
-            except Exception as exc:
-                error = exc
-            finally:
-                self.writer.close_input()
-            await self.writer.finished.wait()
-            nursery.cancel_scope.cancel()
-        emit("map.progress", self._counts())  # the last counts, also of a map that failed
+        try:
+            async with open_nursery() as nursery:
+                await nursery.start(self.writer.run)
+                nursery.start_soon(self._report_progress)
+                try:
+                    await self._run_pages(opened.rows, opened.reread)
+                except Exception as exc:
+                    error = exc
+                finally:
+                    self.writer.close_input()
+                await self.writer.finished.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            # The last counts, also of a map that failed, and of one whose
+            # writer failed (its error leaves the nursery before this line).
+            emit("map.progress", self._counts())
         if error is not None:
             raise error
         self.services.receipts.raise_if_latched(f"dataset {self.name!r}")
