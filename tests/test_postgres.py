@@ -30,6 +30,7 @@ from trioplay.stores import open_store
 from trioplay.stores.postgres import SCHEMA_VERSION, PostgresStore
 
 from .support import CountingTool, find_email, registry
+from .tcp_proxy import FaultyProxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -530,74 +531,6 @@ async def test_aclose_stops_every_thread_and_connection(schema: str) -> None:
 
 # -- a network cut in the middle of a run ----------------------------------------------
 
-
-class CuttableProxy:
-    """A TCP proxy on 127.0.0.1 (port 0) in front of PostgreSQL that the test can cut.
-
-    :meth:`cut` closes every link (both sockets) and refuses new ones until
-    :meth:`restore`. :meth:`freeze` stops every byte, closing nothing (a
-    dead network), until :meth:`thaw`.
-    """
-
-    def __init__(self, host: str, port: int) -> None:
-        self._target = (host, port)
-        self._links: set[trio.CancelScope] = set()
-        self._thawed = trio.Event()
-        self._thawed.set()
-        self.port = 0
-        self.is_cut = False
-
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        task_status.started()
-        await trio.serve_listeners(self._link, listeners)
-
-    def cut(self) -> None:
-        self.is_cut = True
-        for link in list(self._links):
-            link.cancel()
-
-    def restore(self) -> None:
-        self.is_cut = False
-
-    def freeze(self) -> None:
-        self._thawed = trio.Event()
-
-    def thaw(self) -> None:
-        self._thawed.set()
-
-    async def _flowing(self) -> None:
-        while not self._thawed.is_set():
-            await self._thawed.wait()
-
-    async def _link(self, client: trio.SocketStream) -> None:
-        async with client:
-            if self.is_cut:
-                return
-            with trio.CancelScope() as link:
-                self._links.add(link)
-                try:
-                    await self._flowing()
-                    upstream = await trio.open_tcp_stream(*self._target)
-                    async with upstream, trio.open_nursery() as nursery:
-                        nursery.start_soon(self._pump, client, upstream, link)
-                        nursery.start_soon(self._pump, upstream, client, link)
-                finally:
-                    self._links.discard(link)
-
-    async def _pump(
-        self, source: trio.SocketStream, sink: trio.SocketStream, link: trio.CancelScope
-    ) -> None:
-        try:
-            while data := await source.receive_some(65536):
-                await self._flowing()
-                await sink.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        link.cancel()  # either side hanging up ends the link
-
-
 ROWS = 3000
 
 
@@ -612,7 +545,7 @@ def _sheet_keys(schema: str) -> list[str]:
 @pytest.mark.deadline(60)
 async def test_a_cut_connection_fails_the_run_and_a_rerun_completes_it(schema: str) -> None:
     params = psycopg.conninfo.conninfo_to_dict(DSN)
-    proxy = CuttableProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+    proxy = FaultyProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
     tool = CountingTool(delay=0.005)
     reported: list[int] = []
     enough = trio.Event()
@@ -696,14 +629,14 @@ def _causes(error: BaseException) -> list[BaseException]:
 
 async def test_a_dead_network_bounds_a_cancelled_call_by_cancel_timeout(schema: str) -> None:
     params = psycopg.conninfo.conninfo_to_dict(DSN)
-    proxy = CuttableProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+    proxy = FaultyProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
     async with trio.open_nursery() as nursery:
         await nursery.start(proxy.serve)
         through_proxy = psycopg.conninfo.make_conninfo(DSN, host="127.0.0.1", port=str(proxy.port))
         store = PostgresStore(through_proxy, schema=schema, pool_size=1, cancel_timeout=0.3)
         await store.open()
         try:
-            proxy.freeze()
+            proxy.black_hole()
             # The query never reaches the server, and neither can a cancel
             # request: the caller gets its cancellation once cancel_timeout
             # has passed, and the stuck connection is abandoned.
@@ -713,7 +646,7 @@ async def test_a_dead_network_bounds_a_cancelled_call_by_cancel_timeout(schema: 
             took = time.monotonic() - started
             assert scope.cancelled_caught
             assert 0.2 + 0.3 - 0.05 < took < 0.2 + 0.3 + 0.3
-            proxy.thaw()
+            proxy.restore()
             assert await store.get_run("run-1") is None  # on a fresh connection
         finally:
             await store.aclose()
