@@ -27,6 +27,7 @@ import trio
 import trioplay
 from trioplay import ClaimRequest, Completion, SheetRow, StoreError
 from trioplay.stores import open_store
+from trioplay.stores._pg_bridge import _Abandoned, _Job, _running, commit_point, transaction
 from trioplay.stores.postgres import SCHEMA_VERSION, PostgresStore
 
 from .support import CountingTool, find_email, registry
@@ -248,7 +249,7 @@ async def test_a_job_that_ends_despite_the_cancel_hands_back_its_result(
     store: PostgresStore,
 ) -> None:
     def busy_off_the_server(_conn: psycopg.Connection[Any]) -> str:
-        time.sleep(0.2)  # nothing runs on the server, so there is nothing to cancel
+        time.sleep(0.1)  # nothing runs on the server, so there is nothing to cancel
         return "done"
 
     got: list[str] = []
@@ -487,11 +488,92 @@ def test_url_never_shows_the_password(url: str, shown: str) -> None:
         ("postgresql://h/db?schema=bad-name", "schema name"),
         ("postgresql://h/db?pool_size=zero", "pool_size"),
         ("postgresql://h/db?pool_size=0", "pool_size"),
+        ("postgresql://h/db?call_timeout=soon", "bad call_timeout 'soon'"),
+        ("postgresql://h/db?call_timeout=0", "call_timeout must be finite seconds above 0"),
+        ("postgresql://h/db?cancel_timeout=nan", "cancel_timeout must be finite seconds"),
+        ("postgresql://h/db?statement_timeout=-1", "statement_timeout must be finite seconds"),
     ],
 )
 def test_bad_urls_are_refused(url: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         PostgresStore.from_url(url)
+
+
+# -- deadlines ---------------------------------------------------------------------
+
+
+def _sleep_on_the_server(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SELECT pg_sleep(2)")
+
+
+@pytest.mark.parametrize("where", ["keyword", "connection string"])
+async def test_statement_timeout_ends_a_long_statement_on_the_server(
+    schema: str, where: str
+) -> None:
+    if where == "keyword":
+        store = PostgresStore(DSN, schema=schema, statement_timeout=0.2)
+    else:
+        conninfo = psycopg.conninfo.make_conninfo(DSN, options="-c statement_timeout=200")
+        store = PostgresStore(conninfo, schema=schema)
+    await store.open()
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="statement timeout") as raised:
+            await store._call("sleep", _sleep_on_the_server)
+        assert time.monotonic() - started < 1.5
+        assert str(raised.value).startswith(f"{store.url}: sleep: ")
+        assert await store.get_run("run-1") is None  # the connection goes on working
+    finally:
+        await store.aclose()
+
+
+async def test_call_timeout_from_the_url_abandons_a_call_that_does_not_answer(
+    schema: str,
+) -> None:
+    store = open_store(with_schema(DSN, schema, call_timeout="0.3"))
+    assert isinstance(store, PostgresStore)
+    await store.open()
+
+    def slow(conn: psycopg.Connection[Any]) -> None:
+        with transaction(conn):
+            conn.execute(f'CREATE TABLE "{schema}".never (k text)')
+            time.sleep(0.6)  # past the deadline, before the commit: it must not commit
+
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError) as raised:
+            await store._call("slow", slow)
+        elapsed = time.monotonic() - started
+        error = raised.value
+        assert str(error).startswith(
+            f"{store.url}: slow: no answer from the database within 0.3s (call_timeout),"
+            " the connection was discarded (after 0.3"
+        ), error
+        assert (error.store, error.operation, error.outcome_unknown) == (store.url, "slow", False)
+        assert error.elapsed is not None
+        assert 0.3 <= error.elapsed < 0.6
+        assert elapsed < 0.6
+        assert await store.get_run("run-1") is None  # a new connection serves the next call
+        # The abandoned job reached its commit after its caller gave up: it rolled back.
+        await trio.sleep(0.5)
+        assert _admin(f"SELECT to_regclass('\"{schema}\".never')") == [(None,)]
+    finally:
+        await store.aclose()
+
+
+async def test_a_job_its_caller_gave_up_on_never_commits() -> None:
+    job = _Job(lambda conn: None, trio.lowlevel.current_trio_token())
+    _running.job = job
+    try:
+        commit_point()
+        assert job.commit == "sent"  # marked before its COMMIT is sent
+        job.commit = None
+        assert job.give_up() is None
+        with pytest.raises(_Abandoned):
+            commit_point()  # too late: its COMMIT is never sent
+        assert job.commit is None
+    finally:
+        _running.job = None
 
 
 async def test_calls_before_open_and_after_close_fail(schema: str) -> None:
