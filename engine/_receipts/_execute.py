@@ -178,6 +178,7 @@ class Executor:
             error = PersistenceLatchTripped(
                 f"no new provider call: an earlier completion could not be recorded ({latch})"
             )
+            error.__cause__ = latch  # the store's error stays reachable, as with raise ... from
             self._settle(owned, [error] * len(owned))
             return None
         now = self._now()
