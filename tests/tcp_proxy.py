@@ -11,7 +11,8 @@ are open:
   connections open without connecting them upstream: a peer that went
   silent. The kernel still acknowledges what the client sends, so TCP
   keepalives and ``tcp_user_timeout`` see a live peer; only the client's
-  own deadline can notice. :meth:`restore` lets the held bytes through;
+  own deadline can notice. A client that hangs up still ends its link (the
+  server sees it go). :meth:`restore` lets the held bytes through;
 - :meth:`delay`: hold every chunk ``seconds`` after it arrived before
   forwarding it, in order (the chunks of one direction travel pipelined, as
   over a long link, not one after another).
@@ -97,6 +98,8 @@ class FaultyProxy:
                         await send.send((trio.current_time() + self._delay, data))
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass
+                if not self._flowing.is_set():
+                    link.cancel()  # a black hole forwards nothing, not even the hang-up
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read)
