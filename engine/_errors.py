@@ -192,9 +192,32 @@ class PersistenceLatchTripped(TrioplayError):
 
 
 class StoreError(TrioplayError):
-    """The store failed (connection lost, disk full, schema mismatch)."""
+    """The store failed: no answer in time, connection lost, a lock held too long, disk full.
+
+    The message starts with the store's URL and the operation. Where the store
+    knows them, ``store`` (its URL, never with a password), ``operation`` (the
+    store method) and ``elapsed`` (seconds the call took) say the same as
+    fields. ``outcome_unknown`` is true for a write whose commit was sent but
+    never confirmed (the connection died during the commit): it may or may
+    not have taken effect, and nothing it wrote was reported committed.
+    """
 
     code = "STORE"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        store: str | None = None,
+        operation: str | None = None,
+        elapsed: float | None = None,
+        outcome_unknown: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.store = store
+        self.operation = operation
+        self.elapsed = elapsed
+        self.outcome_unknown = outcome_unknown
 
 
 def format_error(error: BaseException) -> str:

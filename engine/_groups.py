@@ -3,9 +3,11 @@
 Trio nurseries raise ``ExceptionGroup``s. Users of trioplay never see one:
 every nursery inside the engine is opened with :func:`open_nursery`, which
 turns a group back into the one error that caused the failure. The first
-error that is not ``trio.Cancelled`` wins; the others stay reachable as the
-winner's ``__cause__`` (the group) and are listed in a note. A lone error
-keeps its own ``__cause__`` and is raised as if no nursery were involved.
+error that is not ``trio.Cancelled`` wins; the others are listed in a note
+and stay reachable through the group: the winner's ``__cause__``, or its
+``__context__`` when the winner has a cause of its own (a latch's store
+error, a fetch's transport error), which it keeps. A lone error keeps its
+own ``__cause__`` and is raised as if no nursery were involved.
 """
 
 from __future__ import annotations
@@ -54,4 +56,6 @@ async def open_nursery() -> AsyncIterator[trio.Nursery]:
         if len(_leaves(group)) == 1:
             # A lone error: keep its own cause, hide the wrapper group.
             raise error from error.__cause__
-        raise error from group  # the others stay reachable through the group
+        # The others stay reachable through the group (as the context, when
+        # the winner's own cause says more about why it happened).
+        raise error from (error.__cause__ if error.__cause__ is not None else group)

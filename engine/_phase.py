@@ -12,15 +12,26 @@ reports.
 The cost on the path of a call that does not wait: one context variable
 read and naming the call (four attribute writes in all). A phase change
 reads the clock, and happens only when a call waits or fetches.
+
+Phase ``store`` is the run's, not a row's: :class:`StoreCalls` counts the
+run's store calls in flight, since when, and the stall observer names the
+store when one of them has gone unanswered for a whole stall interval (rows
+then wait on it, whatever their own phase says: a slot held by a call whose
+receipt is not yet written, a commit, a claim).
 """
 
 from __future__ import annotations
 
+import inspect
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import trio
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from ._store import Store
 
 Phase = Literal["resolver", "governor", "fetch"]
 
@@ -74,3 +85,56 @@ def enter_row(row: RowPhase) -> Token[RowPhase | None]:
 
 def leave_row(token: Token[RowPhase | None]) -> None:
     _current.reset(token)
+
+
+class StoreCalls:
+    """The store calls of one run in flight: since when, and which operation."""
+
+    __slots__ = ("_calls", "_next")
+
+    def __init__(self) -> None:
+        self._calls: dict[int, tuple[float, str]] = {}
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def oldest(self) -> tuple[float, str] | None:
+        """``(started_at, operation)`` of the oldest call in flight, or ``None``."""
+        return min(self._calls.values(), default=None)
+
+    def watch(self, store: Store) -> Store:
+        """``store``, with every call it answers counted here while in flight."""
+        return cast("Store", _Watched(store, self))
+
+    def _start(self, operation: str) -> int:
+        self._next += 1
+        self._calls[self._next] = (trio.current_time(), operation)
+        return self._next
+
+    def _end(self, token: int) -> None:
+        del self._calls[token]
+
+
+class _Watched:
+    """A store whose coroutine methods report to :class:`StoreCalls` (others pass through)."""
+
+    def __init__(self, store: Store, calls: StoreCalls) -> None:
+        self._store = store
+        self._calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._store, name)
+        if name.startswith("_") or not inspect.iscoroutinefunction(found):
+            return found
+        calls = self._calls
+
+        async def watched(*args: Any, **kwargs: Any) -> Any:
+            token = calls._start(name)
+            try:
+                return await found(*args, **kwargs)
+            finally:
+                calls._end(token)
+
+        setattr(self, name, watched)  # found once per name, then an attribute
+        return watched

@@ -20,7 +20,7 @@ import trio
 from ._errors import PlayDefinitionError
 from ._events import RuntimeEvent, deliver
 from ._keys import fetch_receipt_key
-from ._phase import current_row
+from ._phase import StoreCalls, current_row
 from ._receipts import Dispatcher, local_executor
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ class RunServices:
     receipts: Dispatcher
     fetcher: Callable[[], Awaitable[Fetcher]]
     on_event: EventSink | None = None
+    store_calls: StoreCalls = attrs.field(factory=StoreCalls)
+    """The run's store calls in flight (``store`` reports to it), for the stall line."""
     datasets: set[str] = attrs.field(factory=set)
     """The names of the datasets run so far in this attempt."""
 

@@ -22,6 +22,7 @@ from ._governor import Governor
 from ._json import canonical_json, digest, dumps, dumps_output
 from ._limits import FetchTimeouts, Limits
 from ._owner import current_owner
+from ._phase import StoreCalls
 from ._plugins import open_store
 from ._receipts import DispatchStats, open_dispatcher
 from ._run import RunServices
@@ -154,9 +155,12 @@ class Runtime:
         error: str | None = None
         output_json: str | None = None
         stats = DispatchStats()
+        unwound = _Unwinding()
         try:
+            store_calls = StoreCalls()
+            store = store_calls.watch(self.store)
             async with open_dispatcher(
-                store=self.store,
+                store=store,
                 governor=self.governor,
                 tools=self.tools,
                 limits=self.limits,
@@ -170,7 +174,7 @@ class Runtime:
                     run_id=run_id,
                     attempt=record.attempt,
                     play=name,
-                    store=self.store,
+                    store=store,
                     limits=self.limits,
                     owner=self.owner,
                     wall_clock=self.wall_clock,
@@ -179,8 +183,24 @@ class Runtime:
                     receipts=dispatcher,
                     fetcher=self.fetcher,
                     on_event=self.on_event,
+                    store_calls=store_calls,
                 )
-                output = await play(PlayContext(services), input)
+                returned: list[Any] = []
+                done = trio.Event()
+
+                async def body() -> None:
+                    returned.append(await play(PlayContext(services), input))
+                    await dispatcher.drain()
+                    done.set()
+
+                # The play runs in a task of the run's nursery, so that the
+                # caller's task waits here: a KeyboardInterrupt, delivered to
+                # it, then cancels the whole run at once (the map's writer and
+                # the settler clean up side by side), as a cancel would.
+                dispatcher.start_soon(unwound.watch)
+                dispatcher.start_soon(body)
+                await done.wait()
+            [output] = returned
             try:
                 output_json = dumps_output(output)
             except (TypeError, ValueError):
@@ -197,7 +217,7 @@ class Runtime:
         finally:
             self.last_stats = stats
             with trio.CancelScope(shield=True) as scope:
-                scope.deadline = trio.current_time() + self.limits.cleanup_timeout
+                scope.deadline = unwound.cleanup_deadline(self.limits.cleanup_timeout)
                 try:
                     await self.store.finish_attempt(
                         run_id,
@@ -217,6 +237,29 @@ class Runtime:
 
     def _emit(self, run_id: str, type: str, data: dict[str, Any]) -> None:
         deliver(self.on_event, RuntimeEvent(type, run_id, trio.current_time(), data))
+
+
+class _Unwinding:
+    """When the run's nursery began to unwind (its tasks' cleanups start then).
+
+    Recording the run's end comes after those cleanups and shares their
+    ``cleanup_timeout``, so that a cancelled run whose store does not answer
+    returns within about one ``cleanup_timeout``, not two.
+    """
+
+    started_at: float | None = None
+
+    async def watch(self) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.started_at = trio.current_time()
+
+    def cleanup_deadline(self, cleanup_timeout: float) -> float:
+        """What is left of ``cleanup_timeout`` since the unwinding began (at least a tenth)."""
+        now = trio.current_time()
+        started = now if self.started_at is None else self.started_at
+        return max(started + cleanup_timeout, now + cleanup_timeout / 10)
 
 
 def _stats_dict(stats: DispatchStats) -> dict[str, int]:

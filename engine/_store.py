@@ -25,7 +25,10 @@ Rules every implementation follows:
 - time is the caller's ``now`` (wall-clock seconds), never the store's own
   clock, so tests can control lease expiry;
 - failures raise :class:`trioplay.StoreError` (or a subclass) with a message
-  that names the store and the operation.
+  that names the store and the operation;
+- every call returns or fails in bounded time, even when the database stops
+  answering (the SQL stores' ``call_timeout`` and ``lock_timeout``); a write
+  that may or may not have committed says so (``StoreError.outcome_unknown``).
 """
 
 from __future__ import annotations

@@ -17,37 +17,58 @@ psycopg's async connection runs on asyncio only. Two bridges were weighed:
 A store holds a small pool of such *workers* (``pool_size``, default 4). A call
 takes an idle worker (callers queue in FIFO order when all are busy), hands it
 one *job* — a function of the connection, one transaction — and sleeps until
-the worker hands the outcome back through the Trio token. Cancellation:
+the worker hands the outcome back through the Trio token.
 
-- while waiting for a worker, or while the job is still queued on it: nothing
-  happened, the call raises ``Cancelled`` at once;
+Every call has a deadline (``call_timeout``, from the moment it is made:
+waiting for a worker, connecting and running the job all count). A silent
+database (a network that drops everything, a proxy that forwards nothing)
+acknowledges nothing that libpq could notice in time, so this deadline is
+kept here, on the Trio side: when it passes, the call fails at once with
+:class:`_NoAnswer`, and its worker is abandoned and replaced. An abandoned
+worker asks the server to cancel its job (bounded by ``cancel_timeout``, in a
+thread of its own) and then shuts its connection's socket down, which wakes
+its thread with an error: the connection is discarded, never reused.
+
+Cancellation:
+
+- while waiting for a worker, or while the job is still queued on it or
+  waiting for its connection to open: nothing happened, the call raises
+  ``Cancelled`` at once (a worker caught opening a connection is replaced);
 - while the job runs: the server is asked to cancel it and the caller waits up
-  to ``cancel_timeout`` (default 1 s) for the worker. A cancelled statement
+  to ``cancel_timeout`` (default 0.25 s) for the worker. A cancelled statement
   rolls its transaction back, so the call happened not at all; if the job
   finished before the cancel reached it, it happened whole and its result is
   returned (the caller's cancellation is then delivered at its next
   checkpoint, as for any Trio operation whose abort came too late). A worker
   whose job was cancelled closes its connection, so that a cancel signal
   arriving late can never hit the next job; a worker that does not come back
-  within the bound (a dead network) is abandoned and replaced.
+  within the bound (a dead network) is abandoned as above.
 
 A connection that breaks (the server restarted, a backend was terminated, the
-network dropped) fails the call that was using it with a ``StoreError`` saying
-``connection lost``; the worker opens a new connection for its next job. An
-idle connection is checked before each job (a readable socket on an idle
-connection means the server has hung up), so a restart costs no failed call
-when the pool was idle. A write whose connection broke before the server
-confirmed its ``COMMIT`` is reported as failed, never as done.
+network dropped) fails the call that was using it with ``_ConnectionLost``;
+the worker opens a new connection for its next job. An idle connection is
+checked before each job (a readable socket on an idle connection means the
+server has hung up), so a restart costs no failed call when the pool was idle.
+
+Whether a failed write committed: a job marks the moment it sends what
+commits (:func:`transaction` before its ``COMMIT``, :func:`commit_point` before
+a write in autocommit mode) and the moment the commit is confirmed. A call
+that failed before the first mark committed nothing (the server rolls back
+an open transaction whose connection is gone); one that failed between the
+two may or may not have committed (``commit == "sent"``), and says so.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 import queue
 import select
+import socket
 import threading
+from contextlib import contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import attrs
 import outcome
@@ -55,7 +76,7 @@ import psycopg
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from psycopg.rows import TupleRow
 
@@ -64,16 +85,30 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+# Where a job got with its commit: nothing sent yet, sent and unconfirmed, confirmed.
+Commit = Literal["sent", "done"] | None
+
+
 class _ConnectionLost(Exception):
     """The connection broke during a job (wraps psycopg's error)."""
 
-    def __init__(self, cause: psycopg.Error) -> None:
+    def __init__(self, cause: psycopg.Error, commit: Commit = None) -> None:
         super().__init__(_one_line(cause))
         self.cause = cause
+        self.commit = commit
 
 
 class _Unreachable(_ConnectionLost):
     """No connection could be opened for a job."""
+
+
+class _NoAnswer(Exception):
+    """The call's deadline passed; ``stage`` says where it was, ``commit`` how far it got."""
+
+    def __init__(self, stage: Literal["queued", "connecting", "running"], commit: Commit) -> None:
+        super().__init__(stage)
+        self.stage = stage
+        self.commit = commit
 
 
 class _Closed(Exception):
@@ -82,6 +117,7 @@ class _Closed(Exception):
 
 class _State(enum.Enum):
     QUEUED = enum.auto()
+    CONNECTING = enum.auto()
     RUNNING = enum.auto()
     DONE = enum.auto()
     DROPPED = enum.auto()
@@ -94,7 +130,62 @@ class _Job:
     done: trio.Event = attrs.Factory(trio.Event)
     state: _State = _State.QUEUED
     cancel_requested: bool = False
+    commit: Commit = None
+    # Set when its caller gave up on it: from then on it may not commit.
+    abandoned: bool = False
+    guard: threading.Lock = attrs.Factory(threading.Lock)  # commit and abandoned
     result: outcome.Outcome[Any] | None = None
+
+    def give_up(self) -> Commit:
+        """Forbid the job to commit from now on; how far it got."""
+        with self.guard:
+            self.abandoned = True
+            return self.commit
+
+
+# The job the calling worker thread runs now (for commit_point).
+_running = threading.local()
+
+
+class _Abandoned(Exception):
+    """A job was about to commit after its caller had given up on it."""
+
+
+def commit_point() -> None:
+    """Mark, from a job, that it is about to send what commits (see the module docstring).
+
+    Raises :class:`_Abandoned` instead once the job's caller has given up: a
+    job abandoned before its commit never commits, so its caller can say so.
+    """
+    job: _Job | None = getattr(_running, "job", None)
+    if job is None:
+        return
+    with job.guard:
+        if job.abandoned:
+            raise _Abandoned
+        if job.commit is None:
+            job.commit = "sent"
+
+
+def committed() -> None:
+    """Mark, from a job, that the server confirmed its commit."""
+    job: _Job | None = getattr(_running, "job", None)
+    if job is not None:
+        job.commit = "done"
+
+
+@contextmanager
+def transaction(conn: _Conn) -> Iterator[None]:
+    """``conn.transaction()``, marking its ``COMMIT`` as sent, then as confirmed.
+
+    In pipeline mode the ``COMMIT`` is confirmed only when the pipeline
+    syncs: the job calls :func:`committed` itself after that.
+    """
+    with conn.transaction():
+        yield
+        commit_point()
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        committed()
 
 
 class _Worker:
@@ -112,8 +203,11 @@ class _Worker:
         self._lock = threading.Lock()
         self._conn_lock = threading.Lock()
         self._conn: _Conn | None = None
+        # A duplicate of the connection's socket, to shut it down from another thread.
+        self._socket: socket.socket | None = None
         # Set by the Trio side: this worker takes no more jobs.
         self.retired = False
+        self.connecting = False  # its thread is opening a connection
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self.thread.start()
 
@@ -128,12 +222,41 @@ class _Worker:
         self._jobs.put(None)
 
     def drop(self, job: _Job) -> bool:
-        """Withdraw ``job`` if it has not started; True if it never will."""
+        """Withdraw ``job`` if it has not started; True if it never will.
+
+        A worker caught opening a connection for it is retired: its thread is
+        busy until the connection opens or fails, and nobody waits for it.
+        """
         with self._lock:
-            if job.state is _State.QUEUED:
+            if job.state in (_State.QUEUED, _State.CONNECTING):
+                if job.state is _State.CONNECTING:
+                    self.retired = True
                 job.state = _State.DROPPED
                 return True
             return False
+
+    def sever(self, job: _Job) -> None:
+        """Shut the connection's socket down if ``job`` still runs on it (never blocks).
+
+        The thread blocked on it wakes with an error and discards the
+        connection. The socket is a duplicate owned by the worker, so it can
+        never name another connection's socket.
+        """
+        with self._lock:
+            if job.state is not _State.RUNNING or self._socket is None:
+                return
+            try:
+                self._socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already gone
+
+    def abandon(self, job: _Job, cancel_timeout: float) -> None:
+        """Give up on a running job: cancel it on the server (bounded), then sever it.
+
+        Blocks up to ``cancel_timeout``: call from a thread of its own.
+        """
+        self.cancel(job, cancel_timeout)
+        self.sever(job)
 
     def cancel(self, job: _Job, timeout: float) -> None:
         """Ask the server to cancel ``job`` if it is running (blocks: call from a thread)."""
@@ -152,6 +275,10 @@ class _Worker:
 
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
+            with self._lock:
+                if job.state is _State.DROPPED:
+                    continue
+                job.state = _State.CONNECTING
             # Connecting is not part of the job: a caller cancelled meanwhile
             # drops a job that never started.
             ready = outcome.capture(self._ready)
@@ -160,7 +287,11 @@ class _Worker:
                     continue
                 job.state = _State.RUNNING
             if isinstance(ready, outcome.Value):
-                result = outcome.capture(self._execute, job, ready.value)
+                _running.job = job
+                try:
+                    result = outcome.capture(self._execute, job, ready.value)
+                finally:
+                    _running.job = None
             else:
                 result = ready
             with self._lock:
@@ -182,7 +313,7 @@ class _Worker:
             return job.work(conn)
         except psycopg.Error as exc:
             if conn.broken or conn.closed:
-                raise _ConnectionLost(exc) from exc
+                raise _ConnectionLost(exc, job.commit) from exc
             raise
 
     def _ready(self) -> _Conn:
@@ -190,17 +321,29 @@ class _Worker:
         if conn is not None and _healthy(conn):
             return conn
         self._close()
+        self.connecting = True
         try:
             conn = self._connect()
         except psycopg.Error as exc:
             raise _Unreachable(exc) from exc
-        with self._conn_lock:
+        finally:
+            self.connecting = False
+        try:
+            duplicate = socket.socket(fileno=os.dup(conn.fileno()))
+        except BaseException:
+            conn.close()
+            raise
+        with self._conn_lock, self._lock:
             self._conn = conn
+            self._socket = duplicate
         return conn
 
     def _close(self) -> None:
-        with self._conn_lock:
+        with self._conn_lock, self._lock:
             conn, self._conn = self._conn, None
+            duplicate, self._socket = self._socket, None
+        if duplicate is not None:
+            duplicate.close()
         if conn is not None:
             conn.close()
 
@@ -230,7 +373,12 @@ def _healthy(conn: _Conn) -> bool:
 
 
 class _Pool:
-    """The workers, each either idle in a channel or held by exactly one call."""
+    """The workers, each either idle in a channel or held by exactly one call.
+
+    Retired workers (abandoned mid-job) leave the pool at once and are
+    replaced; their threads end by themselves once their connection is
+    severed, and :meth:`aclose` waits for them too (bounded).
+    """
 
     def __init__(
         self, size: int, new_worker: Callable[[], _Worker], *, cancel_timeout: float
@@ -239,6 +387,7 @@ class _Pool:
         self._cancel_timeout = cancel_timeout
         self._send, self._receive = trio.open_memory_channel[_Worker](size)
         self._workers: list[_Worker] = []
+        self._retired: list[_Worker] = []
         self._closed = False
         for _ in range(size):
             self._send.send_nowait(self._add())
@@ -248,30 +397,55 @@ class _Pool:
         self._workers.append(worker)
         return worker
 
-    async def run(self, work: Callable[[_Conn], T]) -> T:
-        """``work(conn)`` on the next idle worker; see the module docstring for cancellation.
+    async def run(self, work: Callable[[_Conn], T], *, timeout: float) -> T:
+        """``work(conn)`` on the next idle worker, within ``timeout`` seconds.
 
+        See the module docstring for the deadline and for cancellation.
         Raises :class:`_Closed` if the pool closes before a worker is free,
-        and otherwise whatever the job raised.
+        :class:`_NoAnswer` when the deadline passes, and otherwise whatever
+        the job raised.
         """
-        try:
-            worker = await self._receive.receive()
-        except (trio.ClosedResourceError, trio.EndOfChannel):
-            raise _Closed from None
+        deadline = trio.current_time() + timeout
+        worker: _Worker | None = None
+        with trio.move_on_at(deadline):
+            try:
+                worker = await self._receive.receive()
+            except (trio.ClosedResourceError, trio.EndOfChannel):
+                raise _Closed from None
+        if worker is None:
+            raise _NoAnswer("queued", None)
         try:
             job = worker.submit(work)
             try:
-                await job.done.wait()
+                with trio.move_on_at(deadline):
+                    await job.done.wait()
             except trio.Cancelled:
                 if not await self._interrupt(worker, job):
                     raise
                 # The job finished before the cancel reached the server, so it
                 # happened whole: hand back what it did. The caller's scope is
                 # still cancelled and raises at its next checkpoint.
+            else:
+                if not job.done.is_set():
+                    self._give_up(worker, job)
         finally:
             self._release(worker)
         assert job.result is not None
         return cast("T", job.result.unwrap())
+
+    def _give_up(self, worker: _Worker, job: _Job) -> None:
+        """The deadline passed with ``job`` unfinished: raise :class:`_NoAnswer`."""
+        if worker.drop(job):
+            raise _NoAnswer("connecting" if worker.retired else "queued", None)
+        commit = job.give_up()
+        worker.retired = True
+        threading.Thread(
+            target=worker.abandon,
+            args=(job, self._cancel_timeout),
+            name=f"{worker.thread.name} (abandon)",
+            daemon=True,
+        ).start()
+        raise _NoAnswer("running", commit)
 
     async def _interrupt(self, worker: _Worker, job: _Job) -> bool:
         """Stop ``job`` after its caller was cancelled; True if it had succeeded anyway."""
@@ -284,7 +458,9 @@ class _Pool:
             )
             await job.done.wait()
         if scope.cancelled_caught:
+            job.give_up()
             worker.retired = True
+            worker.sever(job)
             return False
         return isinstance(job.result, outcome.Value)
 
@@ -293,9 +469,11 @@ class _Pool:
             worker.stop()
             return
         if worker.retired:
-            # Abandoned mid-job: it ends by itself once its blocking call returns.
+            # Abandoned: it ends by itself once its blocking call returns.
             worker.stop()
             self._workers.remove(worker)
+            self._retired = [w for w in self._retired if w.thread.is_alive()]
+            self._retired.append(worker)
             worker = self._add()
         self._send.send_nowait(worker)
 
@@ -303,16 +481,20 @@ class _Pool:
         self._closed = True
         self._send.close()
         self._receive.close()
-        workers, self._workers = self._workers, []
+        workers, self._workers = self._workers + self._retired, []
+        self._retired = []
         for worker in workers:
             worker.stop()
 
         def join() -> None:
             for worker in workers:
-                worker.thread.join()
+                if not worker.connecting:
+                    worker.thread.join()
 
-        # Idle workers end at once; one stuck on a dead network is left to
-        # its daemon thread rather than hold up the caller.
+        # Idle workers end at once, and abandoned ones once their connection
+        # is severed. One opening a connection (bounded by connect_timeout)
+        # or stuck otherwise is left to its daemon thread rather than hold up
+        # the caller: it closes its connection by itself.
         with trio.move_on_after(timeout):
             await trio.to_thread.run_sync(join, abandon_on_cancel=True)
 

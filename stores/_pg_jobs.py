@@ -19,6 +19,7 @@ import psycopg.errors
 from trioplay import Receipt, RunRecord, StoreError
 
 from ._columns import page_values
+from ._pg_bridge import commit_point, committed, transaction
 from ._pg_sql import SCHEMA_VERSION
 from ._rules import PageRecord, decide_claims
 
@@ -125,7 +126,7 @@ def _migrate_schema(sql: _Sql, url: str, conn: _Conn) -> None:
         "big",
         signed=True,
     )
-    with conn.transaction():
+    with transaction(conn):
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
         version = _schema_version(sql, conn)
         if version > SCHEMA_VERSION:
@@ -188,7 +189,7 @@ def _claim_many(
         existing = sorted(receipt.key for receipt in claimed if receipt.key in stored)
         try:
             # Pipelined: BEGIN travels with the locking read, the write with COMMIT.
-            with conn.pipeline(), conn.transaction():
+            with conn.pipeline(), transaction(conn):
                 if existing:
                     # Lock the receipts to take over and decide again on what they
                     # are now. The other keys keep the answer of the plain read.
@@ -211,6 +212,7 @@ def _claim_many(
             if attempt == _RACE_ATTEMPTS:
                 raise
             continue
+        committed()  # the pipeline's sync confirmed the COMMIT
         _analyze_if_grown(sql, growth, "receipts", len(claimed) - len(existing), conn)
         return outcomes
     raise AssertionError("unreachable")
@@ -246,7 +248,9 @@ def _fenced(
         columns.append(list(payload_of.values()))
     for attempt in count(1):
         try:
+            commit_point()  # one UPDATE in autocommit mode: it commits as it runs
             rows = conn.execute(sql, (*shared, *columns)).fetchall()
+            committed()
             break
         except psycopg.errors.DeadlockDetected:
             if attempt == _RACE_ATTEMPTS:
@@ -266,7 +270,7 @@ def _write_rows(
     # A key repeated in one batch keeps its last row (and an upsert may not
     # touch one row twice).
     latest = {row.key: row for row in rows}
-    with conn.transaction(), conn.cursor() as cursor:
+    with transaction(conn), conn.cursor() as cursor:
         with cursor.copy(sql.copy_rows) as copy:
             copy.set_types(["text", "int8", "text", "bytea", "bytea", "int4"])
             for row in latest.values():
@@ -291,7 +295,7 @@ def _claim_page(
     decide: Callable[[PageRecord | None], tuple[PageClaim, PageRecord | None]],
     conn: _Conn,
 ) -> PageClaim:
-    with conn.transaction():
+    with transaction(conn):
         # A page never seen gets a pending row first, so that the row exists
         # to be locked; a pending page is claimed exactly like an absent one.
         conn.execute(sql.new_page, (*where, now))

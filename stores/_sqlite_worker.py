@@ -27,8 +27,19 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_BUSY_TIMEOUT = 5.0
+DEFAULT_LOCK_TIMEOUT = 5.0
 _WAL_CHECKPOINT_PAGES = 10_000
+
+
+class _LockTimeout(sqlite3.OperationalError):
+    """Another connection held the database's lock for longer than ``lock_timeout``."""
+
+    def __init__(self, waited: float, lock_timeout: float) -> None:
+        super().__init__(
+            f"the database is locked by another connection: waited {waited:.2f}s for its"
+            f" lock (lock_timeout={lock_timeout:g}s); is another process writing to it?"
+        )
+        self.waited = waited
 
 
 class _State(enum.Enum):
@@ -47,6 +58,7 @@ class _Job:
     last: bool = False
     state: _State = _State.QUEUED
     interrupted: bool = False
+    cancelled: bool = False  # its caller was cancelled while it ran
 
 
 class _Worker:
@@ -58,8 +70,9 @@ class _Worker:
     or runs to the end, and an interrupt only ever hits the job it was meant for.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
         self._path = path
+        self._lock_timeout = lock_timeout
         self._jobs: queue.PriorityQueue[tuple[bool, int, _Job]] = queue.PriorityQueue()
         self._submitted = itertools.count()
         self._lock = threading.Lock()
@@ -106,16 +119,20 @@ class _Worker:
                 if job.state is _State.QUEUED:
                     job.state = _State.DROPPED
                     return trio.lowlevel.Abort.SUCCEEDED
-                if job.state is _State.RUNNING and job.interruptible and self._conn is not None:
-                    job.interrupted = True
-                    self._conn.interrupt()
+                if job.state is _State.RUNNING:
+                    # A job waiting for another connection's lock stops waiting.
+                    job.cancelled = True
+                    if job.interruptible and self._conn is not None:
+                        job.interrupted = True
+                        self._conn.interrupt()
             return trio.lowlevel.Abort.FAILED
 
         try:
             result: T = await trio.lowlevel.wait_task_rescheduled(abort)
-        except sqlite3.OperationalError:
-            if job.interrupted:
-                # Raise the cancellation that interrupted the read, not its error.
+        except sqlite3.OperationalError as exc:
+            if job.interrupted or (job.cancelled and _is_busy(exc)):
+                # Raise the cancellation that interrupted the read (or the
+                # wait for a lock: the job did nothing), not its error.
                 await trio.lowlevel.checkpoint()
             raise
         finally:
@@ -148,17 +165,21 @@ class _Worker:
         if self._conn is None:
             if job.last:
                 return None
-            self._conn = _connect(self._path)
+            self._conn = _connect(self._path, self._lock_timeout)
         # The connection's own busy timeout is 0 (inline jobs must not block
-        # the event loop), so the thread waits for other connections' locks here.
-        deadline = time.monotonic() + _BUSY_TIMEOUT
+        # the event loop), so the thread waits for other connections' locks
+        # here, up to lock_timeout, and stops waiting when its caller is cancelled.
+        started = time.monotonic()
         pause = 0.001
         while True:
             try:
                 return job.work(self._conn)
             except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or job.interrupted or time.monotonic() >= deadline:
+                if not _is_busy(exc) or job.interrupted or job.cancelled:
                     raise
+                waited = time.monotonic() - started
+                if waited >= self._lock_timeout:
+                    raise _LockTimeout(waited, self._lock_timeout) from exc
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
@@ -171,14 +192,14 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _connect(path: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> sqlite3.Connection:
     if path != ":memory:":
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     conn = sqlite3.connect(
         path, timeout=0, isolation_level=None, cached_statements=512, check_same_thread=False
     )
     try:
-        _enable_wal(conn)
+        _enable_wal(conn, lock_timeout)
         conn.execute("PRAGMA synchronous = NORMAL")
         # Content-addressed keys land on random index pages, so each batch
         # dirties many pages; checkpointing (and syncing) every 10k WAL pages
@@ -190,17 +211,20 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
-def _enable_wal(conn: sqlite3.Connection) -> None:
+def _enable_wal(conn: sqlite3.Connection, lock_timeout: float) -> None:
     # Switching a file to WAL needs an exclusive lock. When waiting for it
     # could deadlock, SQLite answers "database is locked" at once, without its
     # busy handler; seen with two processes opening one new file together
-    # (benchmarks/scaling.py). Retry within the busy timeout.
-    deadline = time.monotonic() + _BUSY_TIMEOUT
+    # (benchmarks/scaling.py). Retry within the lock timeout.
+    started = time.monotonic()
     while True:
         try:
             conn.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
+            if "locked" not in str(exc):
                 raise
+            waited = time.monotonic() - started
+            if waited >= lock_timeout:
+                raise _LockTimeout(waited, lock_timeout) from exc
             time.sleep(0.02)

@@ -25,6 +25,7 @@ must hand payloads back exactly as given.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from functools import partial
@@ -50,7 +51,18 @@ from trioplay import (
     StoreError,
 )
 
-from ._pg_bridge import _Closed, _ConnectionLost, _one_line, _Pool, _Unreachable, _Worker
+from ._pg_bridge import (
+    Commit,
+    _Abandoned,
+    _Closed,
+    _ConnectionLost,
+    _NoAnswer,
+    _one_line,
+    _Pool,
+    _Unreachable,
+    _Worker,
+    commit_point,
+)
 from ._pg_jobs import (
     _b,
     _claim_many,
@@ -80,16 +92,29 @@ T = TypeVar("T")
 
 DEFAULT_SCHEMA = "trioplay"
 DEFAULT_POOL_SIZE = 4
+DEFAULT_CALL_TIMEOUT = 60.0
+DEFAULT_STATEMENT_TIMEOUT = 30.0
+DEFAULT_CANCEL_TIMEOUT = 0.25
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # Connection defaults, used unless the URL (or libpq's environment) says otherwise.
 _CONNECT_DEFAULTS = {
     "connect_timeout": ("10", "PGCONNECT_TIMEOUT"),
     "application_name": ("trioplay", "PGAPPNAME"),
-    # Notice a peer that vanished (no FIN, no RST) in about a minute, not hours.
+    # Notice a peer that vanished (no FIN, no RST) in about a minute, not
+    # hours: probes after 30 s idle, and 30 s for sent data to be acknowledged.
     "keepalives_idle": ("30", None),
     "keepalives_interval": ("10", None),
     "keepalives_count": ("3", None),
+    "tcp_user_timeout": ("30000", None),
+}
+# The store's own options, besides libpq's, that a URL may carry: name -> type.
+_URL_OPTIONS: dict[str, type] = {
+    "schema": str,
+    "pool_size": int,
+    "call_timeout": float,
+    "statement_timeout": float,
+    "cancel_timeout": float,
 }
 
 
@@ -97,8 +122,10 @@ class PostgresStore:
     """A :class:`trioplay.Store` in a PostgreSQL schema, shared by any number of processes.
 
     Build it with :meth:`from_url` (``postgresql://user:secret@host:5432/db``,
-    optionally ``?schema=name`` and ``?pool_size=N``; every other parameter
-    goes to libpq) or from a libpq connection string. :meth:`open` creates
+    optionally with the store's options as query parameters:
+    ``?schema=name&pool_size=N&call_timeout=S&statement_timeout=S&cancel_timeout=S``;
+    every other parameter goes to libpq) or from a libpq connection string
+    and the same options as keywords. :meth:`open` creates
     the schema (default ``trioplay``) and its tables, or migrates them, under
     an advisory lock so that processes starting together do not race, and
     refuses with :class:`trioplay.StoreError` a schema written by a newer
@@ -112,6 +139,24 @@ class PostgresStore:
     and for what a lost connection does (a ``StoreError`` naming the
     operation; the next call reconnects). Errors name the store by
     :attr:`url`, which never shows the password.
+
+    Deadlines (seconds; ``docs/durability.md`` says what each one bounds):
+
+    - ``call_timeout`` (60): the longest one call may take, from the moment
+      it is made (waiting for a free connection, connecting, every statement
+      and the commit). Kept on the Trio side, so it holds even when the
+      network is silent; the call then fails with a :class:`trioplay.StoreError`
+      saying ``no answer``, and its connection is discarded.
+    - ``statement_timeout`` (30): PostgreSQL's own, per statement, sent as a
+      connection option (``0`` turns it off). When the connection string's
+      ``options`` already set ``statement_timeout``, that one is kept unless
+      this keyword is given.
+    - ``cancel_timeout`` (0.25): how long a cancelled call waits for the server
+      to confirm the cancel before its connection is abandoned.
+    - libpq's, in the connection string: ``connect_timeout`` (10),
+      ``keepalives_idle`` / ``keepalives_interval`` / ``keepalives_count``
+      (30 / 10 / 3) and ``tcp_user_timeout`` (30000 ms), which notice a peer
+      that vanished from the network.
     """
 
     def __init__(
@@ -120,7 +165,9 @@ class PostgresStore:
         *,
         schema: str = DEFAULT_SCHEMA,
         pool_size: int = DEFAULT_POOL_SIZE,
-        cancel_timeout: float = 1.0,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        statement_timeout: float | None = None,
+        cancel_timeout: float = DEFAULT_CANCEL_TIMEOUT,
     ) -> None:
         if not _SCHEMA_NAME.fullmatch(schema):
             raise ValueError(
@@ -129,8 +176,16 @@ class PostgresStore:
             )
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-        if not cancel_timeout > 0:
-            raise ValueError(f"cancel_timeout must be positive, got {cancel_timeout}")
+        for option, seconds, zero in (
+            ("call_timeout", call_timeout, False),
+            ("cancel_timeout", cancel_timeout, False),
+            ("statement_timeout", statement_timeout, True),
+        ):
+            if seconds is not None and not (
+                math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))
+            ):
+                accepted = "finite seconds of at least 0" if zero else "finite seconds above 0"
+                raise ValueError(f"{option} must be {accepted}, got {seconds!r}")
         try:
             params = psycopg.conninfo.conninfo_to_dict(conninfo)
         except psycopg.Error as exc:
@@ -139,10 +194,12 @@ class PostgresStore:
         for name, (value, env) in _CONNECT_DEFAULTS.items():
             if name not in params and (env is None or env not in os.environ):
                 params[name] = value
+        _set_statement_timeout(params, statement_timeout)
         self._params: dict[str, Any] = params
         self._sql = _Sql(schema)
         self._schema = schema
         self._pool_size = pool_size
+        self._call_timeout = call_timeout
         self._cancel_timeout = cancel_timeout
         self._url = _display_url(params, schema)
         self._growth = _Growth()
@@ -157,15 +214,14 @@ class PostgresStore:
         options: dict[str, Any] = {}
         rest: list[tuple[str, str]] = []
         for name, value in parse_qsl(parts.query, keep_blank_values=True):
-            if name == "schema":
-                options["schema"] = value
-            elif name == "pool_size":
-                try:
-                    options["pool_size"] = int(value)
-                except ValueError:
-                    raise ValueError(f"bad pool_size {value!r} in a PostgreSQL URL") from None
-            else:
+            kind = _URL_OPTIONS.get(name)
+            if kind is None:
                 rest.append((name, value))
+                continue
+            try:
+                options[name] = kind(value)
+            except ValueError:
+                raise ValueError(f"bad {name} {value!r} in a PostgreSQL URL") from None
         # Rebuilt by hand: urlunsplit drops the "//" of an empty host (a local socket).
         query = urlencode(rest)
         conninfo = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
@@ -193,7 +249,7 @@ class PostgresStore:
         pool, self._pool = self._pool, None
         if pool is not None:
             with trio.CancelScope(shield=True):
-                await pool.aclose(timeout=max(5.0, self._cancel_timeout))
+                await pool.aclose(timeout=max(1.0, self._cancel_timeout))
 
     def _new_worker(self) -> _Worker:
         return _Worker(self._connect, f"trioplay-postgres {self.url}")
@@ -213,18 +269,50 @@ class PostgresStore:
         pool = self._pool
         if pool is None:
             raise StoreError(f"{self.url}: {operation}: the store is not open")
+        started = trio.current_time()
         try:
-            return await pool.run(work)
+            return await pool.run(work, timeout=self._call_timeout)
         except _Closed:
             raise StoreError(f"{self.url}: {operation}: the store is not open") from None
         except StoreError:
             raise
+        except _NoAnswer as exc:
+            fault = f"no answer from the database within {self._call_timeout:g}s (call_timeout)"
+            if exc.stage == "queued":
+                fault += f": all {self._pool_size} connections stayed busy"
+            elif exc.stage == "connecting":
+                fault += ": its connection did not open"
+            else:
+                fault += ", the connection was discarded"
+            raise self._error(operation, fault, started, exc.commit) from None
         except _Unreachable as exc:
-            raise StoreError(f"{self.url}: {operation}: cannot connect: {exc}") from exc.cause
+            raise self._error(operation, f"cannot connect: {exc}", started) from exc.cause
         except _ConnectionLost as exc:
-            raise StoreError(f"{self.url}: {operation}: connection lost: {exc}") from exc.cause
-        except (psycopg.Error, UnicodeError, _Contended) as exc:
-            raise StoreError(f"{self.url}: {operation}: {_one_line(exc)}") from exc
+            fault = f"connection lost: {exc}"
+            raise self._error(operation, fault, started, exc.commit) from exc.cause
+        except (psycopg.Error, UnicodeError, _Contended, _Abandoned) as exc:
+            raise self._error(operation, _one_line(exc), started) from exc
+
+    def _error(
+        self, operation: str, fault: str, started: float, commit: Commit = None
+    ) -> StoreError:
+        """The error of a failed call: the store, the operation, what went wrong, and when."""
+        elapsed = trio.current_time() - started
+        unknown = commit == "sent"
+        if unknown:
+            fault += (
+                "; the COMMIT was sent but never confirmed, so whether it took effect is"
+                " unknown (rows and receipts it wrote count only once a rerun finds them)"
+            )
+        elif commit == "done":
+            fault += "; it had committed, but its answer never came back"
+        return StoreError(
+            f"{self.url}: {operation}: {fault} (after {elapsed:.2f}s)",
+            store=self.url,
+            operation=operation,
+            elapsed=elapsed,
+            outcome_unknown=unknown,
+        )
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
@@ -233,6 +321,7 @@ class PostgresStore:
         now = float(now)
 
         def work(conn: _Conn) -> RunRecord:
+            commit_point()  # autocommit: the statement commits as it runs
             row = conn.execute(
                 self._sql.begin_attempt, (run_id, play, input_json.encode(), now, now), binary=True
             ).fetchone()
@@ -253,6 +342,7 @@ class PostgresStore:
     ) -> None:
         def work(conn: _Conn) -> int:
             params = (status, float(now), _b(output_json), _b(error), _b(stats_json), run_id)
+            commit_point()  # autocommit: the statement commits as it runs
             return conn.execute(self._sql.finish_attempt, params).rowcount
 
         if await self._call("finish_attempt", work) != 1:
@@ -445,6 +535,17 @@ class PostgresStore:
         return released
 
 
+def _set_statement_timeout(params: dict[str, Any], seconds: float | None) -> None:
+    """Add ``-c statement_timeout`` to libpq's ``options`` (which default to PGOPTIONS)."""
+    options = str(params.get("options", os.environ.get("PGOPTIONS", "")))
+    if seconds is None:
+        if "statement_timeout" in options:
+            return  # the connection string set its own
+        seconds = DEFAULT_STATEMENT_TIMEOUT
+    setting = f"-c statement_timeout={round(seconds * 1000)}"
+    params["options"] = f"{options} {setting}".strip()
+
+
 def _display_url(params: dict[str, Any], schema: str) -> str:
     """``postgresql://user@host:port/db`` from libpq parameters, never with a password."""
     user = params.get("user")
@@ -461,4 +562,12 @@ def _display_url(params: dict[str, Any], schema: str) -> str:
     return url
 
 
-__all__ = ["DEFAULT_POOL_SIZE", "DEFAULT_SCHEMA", "SCHEMA_VERSION", "PostgresStore"]
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_CANCEL_TIMEOUT",
+    "DEFAULT_POOL_SIZE",
+    "DEFAULT_SCHEMA",
+    "DEFAULT_STATEMENT_TIMEOUT",
+    "SCHEMA_VERSION",
+    "PostgresStore",
+]

@@ -11,12 +11,14 @@ jobs, each a function of the connection run in one transaction.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qsl
 
 import trio
 
@@ -61,7 +63,7 @@ from ._sqlite_sql import (
     SCHEMA_VERSION,
     _rows_in,
 )
-from ._sqlite_worker import _Worker
+from ._sqlite_worker import DEFAULT_LOCK_TIMEOUT, _Worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -91,15 +93,25 @@ class SqliteStore:
     finish or roll back whole) except reads, which are interrupted. Several
     stores, in one process or many, may share a file: every write takes
     SQLite's write lock up front (``BEGIN IMMEDIATE``), and a store waits up
-    to 5 s for a lock held by another. :meth:`aclose` stops the thread and
+    to ``lock_timeout`` seconds (default 5; ``sqlite:///path.db?lock_timeout=S``)
+    for a lock held by another, then fails the call with a
+    :class:`trioplay.StoreError` saying how long it waited; a cancelled call
+    stops waiting at once. :meth:`aclose` stops the thread and
     closes the file; a store that is never closed keeps both until the
     process exits.
 
     Payload columns are stored as the text they are given, never parsed.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    ) -> None:
+        if not (math.isfinite(lock_timeout) and lock_timeout >= 0):
+            raise ValueError(
+                f"lock_timeout must be finite seconds of at least 0, got {lock_timeout!r}"
+            )
         self._path = os.fspath(path)
+        self._lock_timeout = lock_timeout
         self._worker: _Worker | None = None
         # Whether the next claim_many tries first to claim every key as new (see _claim_many).
         self._fresh_claims = True
@@ -108,21 +120,38 @@ class SqliteStore:
     def from_url(cls, url: str) -> SqliteStore:
         """The store for ``url``; raises ``ValueError`` if it is not a SQLite URL."""
         prefix = "sqlite:///"
-        if not url.startswith(prefix) or len(url) == len(prefix):
+        path, _, query = url[len(prefix) :].partition("?")
+        if not url.startswith(prefix) or not path:
             raise ValueError(
                 f"bad SQLite store URL {url!r}: use sqlite:///relative.db,"
                 " sqlite:////absolute/path.db or sqlite:///:memory:"
             )
-        return cls(url[len(prefix) :])
+        options: dict[str, float] = {}
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            if name != "lock_timeout":
+                raise ValueError(
+                    f"unknown option {name!r} in the SQLite store URL {url!r}: the one"
+                    " option is lock_timeout (seconds)"
+                )
+            try:
+                options[name] = float(value)
+            except ValueError:
+                raise ValueError(f"bad lock_timeout {value!r} in a SQLite URL") from None
+        return cls(path, **options)
 
     @property
     def url(self) -> str:
         return f"sqlite:///{self._path}"
 
+    @property
+    def lock_timeout(self) -> float:
+        """Seconds a call waits for a lock another connection holds."""
+        return self._lock_timeout
+
     async def open(self) -> None:
         if self._worker is not None:
             raise StoreError(f"{self.url}: open: the store is already open")
-        self._worker = _Worker(self._path)
+        self._worker = _Worker(self._path, self._lock_timeout)
         try:
             await self._call("open", partial(_migrate, url=self.url))
         except StoreError as exc:
@@ -162,12 +191,24 @@ class SqliteStore:
         worker = self._worker
         if worker is None:
             raise StoreError(f"{self.url}: {operation}: the store is not open")
+        started = trio.current_time()
         try:
             return await worker.run(work, interruptible=interruptible, urgent=urgent, inline=inline)
         except (sqlite3.Error, OSError, UnicodeEncodeError) as exc:
             # OSError: creating the parent directories; UnicodeEncodeError: text
             # that is not valid UTF-8 (a lone surrogate) cannot be stored.
-            raise StoreError(f"{self.url}: {operation}: {exc}") from exc
+            elapsed = trio.current_time() - started
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            hint = ""
+            if code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+                # A write the disk refused: nothing of this call was committed.
+                hint = "; check that the disk has free space and the file may grow"
+            raise StoreError(
+                f"{self.url}: {operation}: {exc}{hint} (after {elapsed:.2f}s)",
+                store=self.url,
+                operation=operation,
+                elapsed=elapsed,
+            ) from exc
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(

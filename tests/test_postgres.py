@@ -27,9 +27,11 @@ import trio
 import trioplay
 from trioplay import ClaimRequest, Completion, SheetRow, StoreError
 from trioplay.stores import open_store
+from trioplay.stores._pg_bridge import _Abandoned, _Job, _running, commit_point, transaction
 from trioplay.stores.postgres import SCHEMA_VERSION, PostgresStore
 
 from .support import CountingTool, find_email, registry
+from .tcp_proxy import FaultyProxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -247,7 +249,7 @@ async def test_a_job_that_ends_despite_the_cancel_hands_back_its_result(
     store: PostgresStore,
 ) -> None:
     def busy_off_the_server(_conn: psycopg.Connection[Any]) -> str:
-        time.sleep(0.2)  # nothing runs on the server, so there is nothing to cancel
+        time.sleep(0.1)  # nothing runs on the server, so there is nothing to cancel
         return "done"
 
     got: list[str] = []
@@ -486,11 +488,92 @@ def test_url_never_shows_the_password(url: str, shown: str) -> None:
         ("postgresql://h/db?schema=bad-name", "schema name"),
         ("postgresql://h/db?pool_size=zero", "pool_size"),
         ("postgresql://h/db?pool_size=0", "pool_size"),
+        ("postgresql://h/db?call_timeout=soon", "bad call_timeout 'soon'"),
+        ("postgresql://h/db?call_timeout=0", "call_timeout must be finite seconds above 0"),
+        ("postgresql://h/db?cancel_timeout=nan", "cancel_timeout must be finite seconds"),
+        ("postgresql://h/db?statement_timeout=-1", "statement_timeout must be finite seconds"),
     ],
 )
 def test_bad_urls_are_refused(url: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         PostgresStore.from_url(url)
+
+
+# -- deadlines ---------------------------------------------------------------------
+
+
+def _sleep_on_the_server(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SELECT pg_sleep(2)")
+
+
+@pytest.mark.parametrize("where", ["keyword", "connection string"])
+async def test_statement_timeout_ends_a_long_statement_on_the_server(
+    schema: str, where: str
+) -> None:
+    if where == "keyword":
+        store = PostgresStore(DSN, schema=schema, statement_timeout=0.2)
+    else:
+        conninfo = psycopg.conninfo.make_conninfo(DSN, options="-c statement_timeout=200")
+        store = PostgresStore(conninfo, schema=schema)
+    await store.open()
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="statement timeout") as raised:
+            await store._call("sleep", _sleep_on_the_server)
+        assert time.monotonic() - started < 1.5
+        assert str(raised.value).startswith(f"{store.url}: sleep: ")
+        assert await store.get_run("run-1") is None  # the connection goes on working
+    finally:
+        await store.aclose()
+
+
+async def test_call_timeout_from_the_url_abandons_a_call_that_does_not_answer(
+    schema: str,
+) -> None:
+    store = open_store(with_schema(DSN, schema, call_timeout="0.3"))
+    assert isinstance(store, PostgresStore)
+    await store.open()
+
+    def slow(conn: psycopg.Connection[Any]) -> None:
+        with transaction(conn):
+            conn.execute(f'CREATE TABLE "{schema}".never (k text)')
+            time.sleep(0.6)  # past the deadline, before the commit: it must not commit
+
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError) as raised:
+            await store._call("slow", slow)
+        elapsed = time.monotonic() - started
+        error = raised.value
+        assert str(error).startswith(
+            f"{store.url}: slow: no answer from the database within 0.3s (call_timeout),"
+            " the connection was discarded (after 0.3"
+        ), error
+        assert (error.store, error.operation, error.outcome_unknown) == (store.url, "slow", False)
+        assert error.elapsed is not None
+        assert 0.3 <= error.elapsed < 0.6
+        assert elapsed < 0.6
+        assert await store.get_run("run-1") is None  # a new connection serves the next call
+        # The abandoned job reached its commit after its caller gave up: it rolled back.
+        await trio.sleep(0.5)
+        assert _admin(f"SELECT to_regclass('\"{schema}\".never')") == [(None,)]
+    finally:
+        await store.aclose()
+
+
+async def test_a_job_its_caller_gave_up_on_never_commits() -> None:
+    job = _Job(lambda conn: None, trio.lowlevel.current_trio_token())
+    _running.job = job
+    try:
+        commit_point()
+        assert job.commit == "sent"  # marked before its COMMIT is sent
+        job.commit = None
+        assert job.give_up() is None
+        with pytest.raises(_Abandoned):
+            commit_point()  # too late: its COMMIT is never sent
+        assert job.commit is None
+    finally:
+        _running.job = None
 
 
 async def test_calls_before_open_and_after_close_fail(schema: str) -> None:
@@ -530,74 +613,6 @@ async def test_aclose_stops_every_thread_and_connection(schema: str) -> None:
 
 # -- a network cut in the middle of a run ----------------------------------------------
 
-
-class CuttableProxy:
-    """A TCP proxy on 127.0.0.1 (port 0) in front of PostgreSQL that the test can cut.
-
-    :meth:`cut` closes every link (both sockets) and refuses new ones until
-    :meth:`restore`. :meth:`freeze` stops every byte, closing nothing (a
-    dead network), until :meth:`thaw`.
-    """
-
-    def __init__(self, host: str, port: int) -> None:
-        self._target = (host, port)
-        self._links: set[trio.CancelScope] = set()
-        self._thawed = trio.Event()
-        self._thawed.set()
-        self.port = 0
-        self.is_cut = False
-
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        task_status.started()
-        await trio.serve_listeners(self._link, listeners)
-
-    def cut(self) -> None:
-        self.is_cut = True
-        for link in list(self._links):
-            link.cancel()
-
-    def restore(self) -> None:
-        self.is_cut = False
-
-    def freeze(self) -> None:
-        self._thawed = trio.Event()
-
-    def thaw(self) -> None:
-        self._thawed.set()
-
-    async def _flowing(self) -> None:
-        while not self._thawed.is_set():
-            await self._thawed.wait()
-
-    async def _link(self, client: trio.SocketStream) -> None:
-        async with client:
-            if self.is_cut:
-                return
-            with trio.CancelScope() as link:
-                self._links.add(link)
-                try:
-                    await self._flowing()
-                    upstream = await trio.open_tcp_stream(*self._target)
-                    async with upstream, trio.open_nursery() as nursery:
-                        nursery.start_soon(self._pump, client, upstream, link)
-                        nursery.start_soon(self._pump, upstream, client, link)
-                finally:
-                    self._links.discard(link)
-
-    async def _pump(
-        self, source: trio.SocketStream, sink: trio.SocketStream, link: trio.CancelScope
-    ) -> None:
-        try:
-            while data := await source.receive_some(65536):
-                await self._flowing()
-                await sink.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        link.cancel()  # either side hanging up ends the link
-
-
 ROWS = 3000
 
 
@@ -612,7 +627,7 @@ def _sheet_keys(schema: str) -> list[str]:
 @pytest.mark.deadline(60)
 async def test_a_cut_connection_fails_the_run_and_a_rerun_completes_it(schema: str) -> None:
     params = psycopg.conninfo.conninfo_to_dict(DSN)
-    proxy = CuttableProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+    proxy = FaultyProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
     tool = CountingTool(delay=0.005)
     reported: list[int] = []
     enough = trio.Event()
@@ -696,14 +711,14 @@ def _causes(error: BaseException) -> list[BaseException]:
 
 async def test_a_dead_network_bounds_a_cancelled_call_by_cancel_timeout(schema: str) -> None:
     params = psycopg.conninfo.conninfo_to_dict(DSN)
-    proxy = CuttableProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+    proxy = FaultyProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
     async with trio.open_nursery() as nursery:
         await nursery.start(proxy.serve)
         through_proxy = psycopg.conninfo.make_conninfo(DSN, host="127.0.0.1", port=str(proxy.port))
         store = PostgresStore(through_proxy, schema=schema, pool_size=1, cancel_timeout=0.3)
         await store.open()
         try:
-            proxy.freeze()
+            proxy.black_hole()
             # The query never reaches the server, and neither can a cancel
             # request: the caller gets its cancellation once cancel_timeout
             # has passed, and the stuck connection is abandoned.
@@ -713,7 +728,7 @@ async def test_a_dead_network_bounds_a_cancelled_call_by_cancel_timeout(schema: 
             took = time.monotonic() - started
             assert scope.cancelled_caught
             assert 0.2 + 0.3 - 0.05 < took < 0.2 + 0.3 + 0.3
-            proxy.thaw()
+            proxy.restore()
             assert await store.get_run("run-1") is None  # on a fresh connection
         finally:
             await store.aclose()

@@ -149,6 +149,9 @@ NEW_KEYS = [
     "oldest_tool",
     "oldest_provider",
     "oldest_row_key",
+    "store_active",
+    "oldest_store_ms",
+    "oldest_store_operation",
 ]
 
 

@@ -938,9 +938,32 @@ def test_sqlite_from_url(url: str, path: str) -> None:
     assert store.url == SqliteStore(path).url
 
 
-@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite:relative.db", "memory://"])
+@pytest.mark.parametrize(
+    "url",
+    ["sqlite://", "sqlite:///", "sqlite:relative.db", "memory://", "sqlite:///?lock_timeout=1"],
+)
 def test_sqlite_from_url_rejects_bad_urls(url: str) -> None:
     with pytest.raises(ValueError, match="SQLite store URL"):
+        SqliteStore.from_url(url)
+
+
+def test_sqlite_lock_timeout_comes_from_the_url() -> None:
+    store = SqliteStore.from_url("sqlite:///x.db?lock_timeout=0.25")
+    assert store.url == "sqlite:///x.db"
+    assert store.lock_timeout == 0.25
+    assert SqliteStore("x.db").lock_timeout == 5.0
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("sqlite:///x.db?lock_timeout=soon", "bad lock_timeout 'soon'"),
+        ("sqlite:///x.db?lock_timeout=-1", "lock_timeout must be finite seconds of at least 0"),
+        ("sqlite:///x.db?timeout=1", "unknown option 'timeout'.*lock_timeout"),
+    ],
+)
+def test_sqlite_bad_options_are_refused(url: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
         SqliteStore.from_url(url)
 
 

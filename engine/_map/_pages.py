@@ -40,6 +40,7 @@ class Page:
     failed: int = 0
     spawning_done: bool = False
     lost: bool = False
+    released: bool = False  # its lease was given back while its rows were cancelled
     settled: trio.Event = attrs.field(factory=trio.Event)
 
     def row_settled(self) -> None:
@@ -102,11 +103,19 @@ class PageLeases:
         """
         ttl = self.limits.lease_ttl
         while True:
-            await trio.sleep(ttl / 2)
             try:
+                await trio.sleep(ttl / 2)
                 (expiry,) = await self.store.heartbeat_pages(
                     [lease], lease_ttl=ttl, now=self.wall_clock()
                 )
+            except trio.Cancelled:
+                if not page.settled.is_set():
+                    # Cancelled with rows unfinished: give the page up now,
+                    # while the rows clean up, not after them (the two share
+                    # one cleanup_timeout).
+                    page.released = True
+                    await self.release(lease)
+                raise
             except Exception as exc:
                 log.warning("page lease heartbeat failed: %s", exc)
                 continue

@@ -163,7 +163,11 @@ class _MapRun:
                     error = exc
                 finally:
                     self.writer.close_input()
-                await self.writer.finished.wait()
+                if not isinstance(error, (StoreError, PersistenceLatchTripped)):
+                    await self.writer.finished.wait()
+                # Else the store failed: waiting for each write it still owes could
+                # take a store deadline apiece; cancelling leaves the writer one
+                # bounded try (its final flush) at what it admitted.
                 nursery.cancel_scope.cancel()
         finally:
             # The last counts, also of a map that failed, and of one whose
@@ -266,6 +270,7 @@ class _MapRun:
     ) -> None:
         offset = lease.offset
         services = self.services
+        page: Page | None = None
         try:
             observer = MapStallObserver(
                 map_name=self.name,
@@ -273,6 +278,7 @@ class _MapRun:
                 interval=self.limits.stall_log_interval,
                 writer_diagnostics=self.writer.diagnostics,
                 emit=lambda report: services.emit("map.stall", report),
+                store_calls=services.store_calls,
             )
             limiter = services.row_limiter
             budget = services.row_budget
@@ -315,7 +321,8 @@ class _MapRun:
             await self.pages.finish(lease, page)
         except BaseException:
             spawned.set()  # the pages after it must not wait for it
-            await self.pages.release(lease)
+            if page is None or not page.released:
+                await self.pages.release(lease)
             raise
 
     async def _run_row(

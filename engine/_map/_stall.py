@@ -14,9 +14,16 @@ finished or idle page never speaks.
 
 The line keeps the reference runtime's keys, in its order, and adds after
 them: ``governor_waiting`` and ``oldest_governor_ms`` (rows whose call waits
-for a slot, a rate turn or a pause), and ``oldest_tool``,
+for a slot, a rate turn or a pause), ``oldest_tool``,
 ``oldest_provider`` and ``oldest_row_key`` of the oldest unsettled item (the
-one ``oldest_phase`` names; ``null`` where it has none).
+one ``oldest_phase`` names; ``null`` where it has none), and
+``store_active``, ``oldest_store_ms`` and ``oldest_store_operation``: the
+run's store calls in flight and the oldest of them.
+
+``oldest_phase`` is ``store`` when a store call has gone unanswered for a
+whole interval: whatever else waits (rows for a slot that a call keeps
+until its receipt is written, rows for their commit, calls for their claim)
+then waits on the store.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from .._phase import Phase, RowPhase
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._phase import StoreCalls
     from ._writer import WriterDiagnostics
 
 log = logging.getLogger("trioplay.stall")
@@ -55,8 +63,10 @@ class MapStallObserver:
         interval: float,
         writer_diagnostics: Callable[[], WriterDiagnostics | None],
         emit: Callable[[dict[str, Any]], None],
+        store_calls: StoreCalls | None = None,
     ) -> None:
         self._map_name = map_name
+        self._store_calls = store_calls
         self._page_offset = page_offset
         self._interval = interval
         self._writer_diagnostics = writer_diagnostics
@@ -175,6 +185,10 @@ class MapStallObserver:
             if writer.active_kind == "terminal" and writer.active_rows > 0:
                 candidates.append((writer.active_started_at, "writer_commit", None, None, None))
         oldest = min(candidates, key=lambda c: c[0]) if candidates else None
+        store_active = len(self._store_calls) if self._store_calls is not None else 0
+        store = self._store_calls.oldest() if self._store_calls is not None else None
+        if store is not None and now - store[0] >= self._interval:
+            oldest = (store[0], "store", None, None, None)
         fetch_starts = [r.phase_started_at for r in self._resolvers.values() if r.phase == "fetch"]
         governor_starts = [
             r.phase_started_at for r in self._resolvers.values() if r.phase == "governor"
@@ -203,6 +217,9 @@ class MapStallObserver:
             "oldest_tool": oldest[3] if oldest is not None else None,
             "oldest_provider": oldest[4] if oldest is not None else None,
             "oldest_row_key": oldest[2] if oldest is not None else None,
+            "store_active": store_active,
+            "oldest_store_ms": _ms(now - store[0]) if store is not None else 0,
+            "oldest_store_operation": store[1] if store is not None else None,
         }
 
     def emit_if_stalled(self) -> None:

@@ -120,7 +120,8 @@ class Dispatcher:
         self._tools = tools
         self._governor = governor
         self._limits = limits
-        self._spawn = nursery.start_soon
+        self._spawn = self.start_soon = nursery.start_soon
+        """``start_soon(fn, *args)``: a task in the run's nursery (the run's play runs there)."""
         self._inflight = inflight.calls
         self._follow = inflight.follow
         self._deliver = inflight.deliver
