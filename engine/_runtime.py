@@ -7,6 +7,7 @@ settler, provider calls), so cancelling a run stops every task it started.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -134,6 +135,7 @@ class Runtime:
         """A fetch with deadlines and egress rules but no receipt (for tools)."""
         return await (await self.fetcher()).fetch(url, **options)
 
+    @trio.lowlevel.enable_ki_protection
     async def run(self, play: Play, input: Any = None, *, run_id: str | None = None) -> Any:
         """Run ``play(ctx, input)`` durably and return what it returns.
 
@@ -141,6 +143,12 @@ class Runtime:
         so running the same play on the same input again resumes it: committed
         rows are skipped and completed receipts replayed. The run's counters
         are in :attr:`last_stats` afterwards.
+
+        A ``KeyboardInterrupt`` (Ctrl-C under ``trio.run``) ends the run as
+        ``cancelled`` and is raised again. This method's own bookkeeping is
+        protected from it (it arrives at a checkpoint, never between
+        beginning the attempt and the ``try`` that records its end); the
+        play's code is not.
         """
         name = play_name(play)
         try:
@@ -183,7 +191,7 @@ class Runtime:
                     fetcher=self.fetcher,
                     on_event=self.on_event,
                 )
-                output = await play(PlayContext(services), input)
+                output = await _call_play(play, PlayContext(services), input)
                 await dispatcher.drain()
                 if dispatcher.latch is not None:
                     raise PersistenceLatchTripped(
@@ -205,17 +213,25 @@ class Runtime:
             raise
         finally:
             self.last_stats = stats
+            finish = functools.partial(
+                self.store.finish_attempt,
+                run_id,
+                status,
+                now=self.wall_clock(),
+                output_json=output_json,
+                error=error,
+                stats_json=dumps(_stats_dict(stats)),
+            )
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + self.limits.cleanup_timeout
                 try:
-                    await self.store.finish_attempt(
-                        run_id,
-                        status,
-                        now=self.wall_clock(),
-                        output_json=output_json,
-                        error=error,
-                        stats_json=dumps(_stats_dict(stats)),
-                    )
+                    try:
+                        await finish()
+                    except KeyboardInterrupt:
+                        # Ctrl-C arrived as the end was being recorded, maybe
+                        # before it was: record it all the same, then let it through.
+                        await finish()
+                        raise
                 except Exception as exc:
                     log.warning("run %s: could not record its end: %s", run_id, exc)
             self._emit(
@@ -226,6 +242,12 @@ class Runtime:
 
     def _emit(self, run_id: str, type: str, data: dict[str, Any]) -> None:
         deliver(self.on_event, RuntimeEvent(type, run_id, trio.current_time(), data))
+
+
+@trio.lowlevel.disable_ki_protection
+async def _call_play(play: Play, ctx: PlayContext, input: Any) -> Any:
+    """The play, outside :meth:`Runtime.run`'s protection: Ctrl-C interrupts it where it lands."""
+    return await play(ctx, input)
 
 
 def _stats_dict(stats: DispatchStats) -> dict[str, int]:
@@ -250,6 +272,7 @@ def _resolve_store(store: Store | str | None) -> Store:
 
 
 @asynccontextmanager
+@trio.lowlevel.enable_ki_protection
 async def open_runtime(
     *,
     store: Store | str | None = None,

@@ -248,11 +248,15 @@ class _Pool:
         self._workers.append(worker)
         return worker
 
+    @trio.lowlevel.enable_ki_protection
     async def run(self, work: Callable[[_Conn], T]) -> T:
         """``work(conn)`` on the next idle worker; see the module docstring for cancellation.
 
         Raises :class:`_Closed` if the pool closes before a worker is free,
-        and otherwise whatever the job raised.
+        and otherwise whatever the job raised. Protected from Ctrl-C: a
+        ``KeyboardInterrupt`` never lands between taking a worker and giving
+        it back (it comes at a checkpoint; the job itself runs on the
+        worker's thread, out of its reach).
         """
         try:
             worker = await self._receive.receive()
