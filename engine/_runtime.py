@@ -163,6 +163,7 @@ class Runtime:
         error: str | None = None
         output_json: str | None = None
         stats = DispatchStats()
+        dispatcher: Dispatcher | None = None
         try:
             async with open_nursery() as nursery:
                 dispatcher = Dispatcher(
@@ -213,6 +214,8 @@ class Runtime:
             raise
         finally:
             self.last_stats = stats
+            if dispatcher is not None:
+                await dispatcher.settle_late()
             finish = functools.partial(
                 self.store.finish_attempt,
                 run_id,
