@@ -75,6 +75,19 @@ class Trial:
     """Seconds from the signal to the exit; None when the run ended before the signal."""
     state: StoreState
     stderr_problem: str | None
+    signum: signal.Signals = signal.SIGINT
+
+    @property
+    def at_startup(self) -> bool:
+        """The signal came while Python was still loading trioplay: Python's own
+        default (a ``KeyboardInterrupt`` traceback for SIGINT), nothing stored."""
+        state = self.state
+        return self.exit_code == -self.signum and state.run_status is None and not state.paid
+
+    @property
+    def cancelled_run(self) -> bool:
+        """The signal stopped a run that had begun."""
+        return self.exit_after is not None and self.state.run_status == "cancelled"
 
     @property
     def clean(self) -> bool:
@@ -84,7 +97,7 @@ class Trial:
             and state.runs_running == 0
             and state.receipts_running == 0
             and state.dropped == 0
-            and self.stderr_problem is None
+            and (self.stderr_problem is None or self.at_startup)
             and (self.exit_after is None or self.exit_after <= EXIT_BOUND)
         )
 
@@ -114,7 +127,9 @@ class Report:
             f"sigint trials: {len(trials)} runs of {PLAY.name}, {self.signal.name} after a "
             f"random delay in [{low:.2f}, {high:.2f}] s (an uninterrupted run: "
             f"{self.calibration:.2f} s)",
-            f"  interrupted before the end: {len(hit)}; ended before the signal: "
+            f"  signalled before the end: {len(hit)} (while Python loaded trioplay, before"
+            f" the CLI ran: {sum(1 for t in trials if t.at_startup)}; stopping a run that had"
+            f" begun: {sum(1 for t in trials if t.cancelled_run)}); ended before the signal: "
             f"{len(trials) - len(hit)}",
             "  exit codes: " + ", ".join(f"{code} x{n}" for code, n in sorted(codes.items())),
             "  run status afterwards: "
@@ -134,7 +149,8 @@ class Report:
             f"{sum(t.state.paid for t in trials):,} paid calls "
             f"(in {sum(1 for t in trials if t.state.dropped)} trials)",
             f"  stores unreadable: {sum(1 for t in trials if t.state.error)}",
-            f"  unexpected stderr: {sum(1 for t in trials if t.stderr_problem)}",
+            "  unexpected stderr (a traceback after start-up, an error line): "
+            f"{sum(1 for t in trials if t.stderr_problem and not t.at_startup)}",
         ]
         for index, trial in enumerate(trials):
             if not trial.clean:
@@ -268,6 +284,7 @@ def trial(folder: Path, rows: int, delay: float, signum: signal.Signals, mode: s
         exit_after=exit_after,
         state=inspect_store(folder / "trial.db", folder / "paid.jsonl"),
         stderr_problem=_stderr_problem(err),
+        signum=signum,
     )
 
 

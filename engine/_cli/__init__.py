@@ -5,8 +5,10 @@ Commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``,
 returns an exit code: 0 success, 1 a failed run (or an unexpected error), 2 a
 usage or input problem (bad arguments, a missing file, a bad store URL,
 :class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`),
-130 when interrupted with Ctrl-C. Errors are one line, ``error: ...``, on
-stderr; ``--debug`` adds the traceback.
+130 when interrupted with Ctrl-C (SIGINT), 143 when terminated (SIGTERM): during
+``run`` and ``demo`` either signal cancels the run, which ends as a cancelled
+run does, and a second one exits at once (see ``_signals``). Errors are one
+line, ``error: ...``, on stderr; ``--debug`` adds the traceback.
 
 Progress goes to stderr (see ``_progress``), summaries and tables to stdout,
 and so do the log lines of ``trioplay.stall`` and of plays (``ctx.log``).
@@ -27,6 +29,7 @@ point.
 - ``_playfile``: loading a play file, its play and its tools
 - ``_export``: a dataset sheet to CSV or JSON Lines
 - ``_progress``: the progress bar or lines and the end-of-run summary
+- ``_signals``: Ctrl-C and SIGTERM as the cancellation of a run
 - ``_demo``: the bundled ``enrich-leads`` play and its simulated tools
 """
 

@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,8 @@ from ._common import (
 from ._config import Config, Settings, format_config, load, start_folder
 from ._export import STDOUT, Format, StatusFilter, export_dataset, format_for
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
-from ._progress import OutputFile, RunReporter, format_summary
+from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
+from ._signals import cancel_on_signals
 
 if TYPE_CHECKING:
     import argparse
@@ -236,14 +238,12 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     reporter = RunReporter()
     try:
         with session.log_through(reporter.write_line):
-            finished = trio.run(_run_and_export, spec, reporter)
-    except KeyboardInterrupt:
+            finished, interrupt = trio.run(
+                cancel_on_signals, partial(_run_and_export, spec, reporter), reporter.write_line
+            )
+    except KeyboardInterrupt:  # before the signal receiver opened, or after it closed
         reporter.close()
-        run_id = reporter.outcome.run_id
-        if run_id is not None:
-            _say(f"interrupted: run {run_id} stopped; the same command resumes it")
-        else:
-            _say("interrupted")
+        _say(_interrupted(reporter.outcome, spec))
         return EXIT_INTERRUPTED
     finally:
         reporter.close()
@@ -253,16 +253,21 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         format_summary(
             reporter.outcome,
             list(reporter.maps.values()),
-            sheets=finished.sheets,
-            outputs=finished.outputs,
+            sheets=finished.sheets if finished is not None else {},
+            outputs=finished.outputs if finished is not None else [],
         ),
         file=summary,
     )
     summary.flush()
-    error = finished.error
+    error = finished.error if finished is not None else None
+    usage = isinstance(error, PlayInputError | PlayDefinitionError)
     if error is not None:
-        usage = isinstance(error, PlayInputError | PlayDefinitionError)
         session.report_error(error, usage=usage)
+    if interrupt.received is not None:  # Ctrl-C or SIGTERM cancelled the run (see _signals)
+        _say(_interrupted(reporter.outcome, spec))
+        return interrupt.exit_code
+    assert finished is not None  # not cancelled, so the body returned
+    if error is not None:
         return EXIT_USAGE if usage else EXIT_FAILED
     if finished.export_error is not None:
         session.report_error(finished.export_error, usage=False)
@@ -272,6 +277,16 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         )
         return EXIT_EXPORT_FAILED
     return EXIT_OK
+
+
+def _interrupted(outcome: RunOutcome, spec: _RunSpec) -> str:
+    """The last line after Ctrl-C or SIGTERM: where the run stands, what to do next."""
+    if outcome.run_id is None:
+        return "interrupted before the run started"
+    if outcome.status == "completed":
+        then = " and writes --out" if spec.out is not None else ""
+        return f"interrupted: run {outcome.run_id} had completed; the same command replays it{then}"
+    return f"interrupted: run {outcome.run_id} stopped; the same command resumes it"
 
 
 async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
