@@ -17,7 +17,13 @@ import trio
 
 from ._budget import ByteBudget
 from ._context import PlayContext
-from ._errors import PersistenceLatchTripped, PlayDefinitionError, PlayInputError, format_error
+from ._errors import (
+    PersistenceLatchTripped,
+    PlayDefinitionError,
+    PlayInputError,
+    RunIdConflict,
+    format_error,
+)
 from ._events import EventSink, RuntimeEvent, deliver
 from ._governor import Governor
 from ._groups import open_nursery
@@ -158,6 +164,14 @@ class Runtime:
         if run_id is None:
             run_id = default_run_id(name, input_json)
         record = await self.store.begin_attempt(run_id, name, input_json, now=self.wall_clock())
+        if (record.play, record.input_json) != (name, input_json):
+            raise RunIdConflict(
+                run_id,
+                stored_play=record.play,
+                stored_input_json=record.input_json,
+                play=name,
+                input_json=input_json,
+            )
         self._emit(run_id, "run.started", {"play": name, "attempt": record.attempt})
         status: RunStatus = "failed"
         error: str | None = None

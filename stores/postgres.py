@@ -233,9 +233,14 @@ class PostgresStore:
         now = float(now)
 
         def work(conn: _Conn) -> RunRecord:
-            row = conn.execute(
-                self._sql.begin_attempt, (run_id, play, input_json.encode(), now, now), binary=True
-            ).fetchone()
+            with conn.transaction():
+                row = conn.execute(
+                    self._sql.begin_attempt,
+                    (run_id, play, input_json.encode(), now, now),
+                    binary=True,
+                ).fetchone()
+                if row is None:  # another play or input: left as it is, for the caller to refuse
+                    row = conn.execute(self._sql.get_run, (run_id,)).fetchone()
             assert row is not None
             return _run(row)
 

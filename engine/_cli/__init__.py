@@ -4,7 +4,8 @@ Commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``,
 ``config``. Each
 returns an exit code: 0 success, 1 a failed run (or an unexpected error), 2 a
 usage or input problem (bad arguments, a missing file, a bad store URL,
-:class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`),
+:class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`,
+:class:`~trioplay.RunIdConflict`),
 130 when interrupted with Ctrl-C (SIGINT), 143 when terminated (SIGTERM): during
 ``run`` and ``demo`` either signal cancels the run, which ends as a cancelled
 run does, and a second one exits at once (see ``_signals``). Errors are one
@@ -43,8 +44,15 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import PlayDefinitionError, PlayInputError
-from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, _say, describe_error
+from ._common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    INPUT_ERRORS,
+    UsageError,
+    _say,
+    describe_error,
+)
 from ._parser import build_parser
 
 if TYPE_CHECKING:
@@ -68,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             _say("interrupted")
             return EXIT_INTERRUPTED
-        except (UsageError, PlayInputError, PlayDefinitionError) as exc:
+        except (UsageError, *INPUT_ERRORS) as exc:
             session.report_error(exc, usage=True)
             return EXIT_USAGE
         except Exception as exc:

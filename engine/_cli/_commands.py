@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -19,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._errors import PlayDefinitionError, PlayInputError
 from .._plugins import open_store
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
 from ._common import (
@@ -29,6 +27,7 @@ from ._common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    INPUT_ERRORS,
     UsageError,
     _say,
 )
@@ -164,30 +163,20 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
     from . import _demo  # the demo imports the adapters; only load it when asked
 
     store = _store_for(args.store)
-    rows: int | None = args.rows
-    with contextlib.ExitStack() as stack:
-        if rows is None or rows == _demo.BUNDLED_ROWS:
-            rows = _demo.BUNDLED_ROWS
-            csv_path = stack.enter_context(_demo.bundled_csv())
-        else:
-            # Generated leads are the bundled ones extended (or cut short), so
-            # `--rows 200` runs the first 200 rows of the bundled file.
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="trioplay-demo-"))
-            csv_path = Path(folder) / f"leads-{rows}.csv"
-            _demo.write_leads_csv(csv_path, rows)
-        spec = _RunSpec(
-            play=_demo.enrich_leads,
-            tools=_demo.tools(),
-            input={"csv": str(csv_path)},
-            # Fixed, not derived from the input: the CSV's path depends on where
-            # trioplay is installed, and the demo should resume wherever it runs.
-            run_id=f"demo-{rows}",
-            store=store,
-            out=args.out,
-            format=args.format,
-            status=args.status,
-        )
-        return _execute(spec, session)
+    rows: int = _demo.BUNDLED_ROWS if args.rows is None else args.rows
+    spec = _RunSpec(
+        play=_demo.demo_leads,
+        tools=_demo.tools(),
+        input={"rows": rows},
+        # Fixed, so that the demo resumes wherever it runs; the input names
+        # the leads, not a file (see _demo.demo_leads).
+        run_id=f"demo-{rows}",
+        store=store,
+        out=args.out,
+        format=args.format,
+        status=args.status,
+    )
+    return _execute(spec, session)
 
 
 def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
@@ -260,7 +249,7 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     )
     summary.flush()
     error = finished.error if finished is not None else None
-    usage = isinstance(error, PlayInputError | PlayDefinitionError)
+    usage = isinstance(error, INPUT_ERRORS)
     if error is not None:
         session.report_error(error, usage=usage)
     if interrupt.received is not None:  # Ctrl-C or SIGTERM cancelled the run (see _signals)
@@ -308,7 +297,7 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
         error: Exception | None = None
         try:
             await rt.run(spec.play, spec.input, run_id=spec.run_id)
-        except (PlayInputError, PlayDefinitionError) as exc:
+        except INPUT_ERRORS as exc:
             if not reporter.maps:
                 raise  # wrong before any row ran: exit 2, no summary
             error = exc
