@@ -1,6 +1,6 @@
 """Signal trials: CLI runs interrupted by SIGINT (or SIGTERM) at random points.
 
-``python -m benchmarks sigint [--trials N] [--seed S] [--signal TERM] [--rows R]``
+``python -m benchmarks sigint [--trials N] [--seed S] [--signal TERM] [--rows R] [--mode M]``
 runs ``trioplay run benchmarks/sigint_play.py`` N times (default 100), each
 on a new SQLite store in a temporary folder, and sends each run one signal
 after a random delay (seeded), drawn between the start of the process and
@@ -16,6 +16,11 @@ read with plain :mod:`sqlite3` and the trial reports:
   result (``completed``, or ``failed``);
 - errors on stderr that are not the expected one-line report (a traceback,
   "cannot start a transaction within a transaction").
+
+``--mode library`` runs the play as a library user's program instead
+(``python -m benchmarks.sigint_play``: ``trio.run`` with Trio's own Ctrl-C
+handling, no signal receiver), to measure what Trio's ``KeyboardInterrupt``
+leaves behind (docs/durability.md, "In your own program").
 
 It is not a timing benchmark: the bound on the exit (3 s) is generous, and
 the numbers mean the same on a busy machine. ``tests/test_signals.py`` runs
@@ -52,7 +57,7 @@ EXIT_BOUND = 3.0
 """Seconds from the signal to the exit within which every trial must end."""
 HANG_LIMIT = 60.0
 """A run still alive this long after its signal is killed and counted as hung."""
-EXPECTED_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @attrs.frozen
@@ -75,7 +80,7 @@ class Trial:
     """Seconds from the signal to the exit; None when the run ended before the signal."""
     state: StoreState
     stderr_problem: str | None
-    signum: signal.Signals = signal.SIGINT
+    signum: signal.Signals
 
     @property
     def at_startup(self) -> bool:
@@ -237,7 +242,7 @@ def _start(folder: Path, rows: int, mode: str) -> subprocess.Popen[str]:
 
 
 def _default_signals() -> None:
-    for signum in EXPECTED_EXIT:
+    for signum in SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
 
 
