@@ -16,8 +16,8 @@ kill would: the run stays ``running`` and its receipts leased; the next
 attempt on this machine takes them over at once (docs/durability.md, "A
 crash").
 
-A signal the command was started with ignored (``nohup``, a background job
-of a shell) stays ignored, as Python leaves SIGINT alone in that case.
+A signal the command was started with ignored (SIGINT, in a background job
+of a non-interactive shell) stays ignored, as Python leaves SIGINT alone then.
 """
 
 from __future__ import annotations
