@@ -5,6 +5,9 @@ is what ``make bench`` does; ``all`` runs every benchmark but ``compare``
 (the throughput of an earlier commit against the working tree, see
 :mod:`benchmarks.compare`) and ``instructions`` (machine instructions per
 row, counted under valgrind, see :mod:`benchmarks.instructions`).
+``sigint`` is no benchmark but a trial of the promise that Ctrl-C and
+SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`);
+``all`` leaves it out too.
 ``--quick`` shrinks every benchmark to a few seconds (one round, a few
 thousand rows) and saves nothing: it checks that the harness and the engine
 still work, its numbers mean little.
@@ -17,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import compare, fetch, instructions, memory, scaling, throughput
+from . import compare, fetch, instructions, memory, scaling, sigint_trials, throughput
 
 QUICK_ROWS = 5_000
 QUICK_MEMORY_ROWS = 2_000
@@ -75,6 +78,18 @@ def _scaling(args: argparse.Namespace) -> Any:
     return scaling.run(rows, save=args.save)
 
 
+def _sigint(args: argparse.Namespace) -> Any:
+    trials = args.trials or (6 if args.quick else sigint_trials.DEFAULT_TRIALS)
+    report = sigint_trials.run(
+        trials,
+        rows=args.rows or sigint_trials.DEFAULT_ROWS,
+        seed=args.seed,
+        signum=sigint_trials.parse_signal(args.signal),
+        mode=args.mode,
+    )
+    return report
+
+
 BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "throughput": (_throughput, "rows/s of trioplay (memory, sqlite) vs raw Trio"),
     "memory": (_memory, "peak RSS of a small-row map on SQLite (100k rows)"),
@@ -84,7 +99,9 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "scaling": (_scaling, "rows/s of one run shared by 1, 2 and 4 processes (sqlite, postgres)"),
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
+    "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),
 }
+NOT_IN_ALL = ("compare", "instructions", "sigint")
 DEFAULT = ("throughput", "memory")
 
 
@@ -94,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         description="trioplay benchmarks; see docs/benchmarks.md",
         epilog="benchmarks: "
         + "; ".join(f"{name}: {doc}" for name, (_, doc) in BENCHMARKS.items())
-        + f". Default: {' '.join(DEFAULT)}; 'all' runs every one but compare and instructions.",
+        + f". Default: {' '.join(DEFAULT)}; 'all' runs every one but {', '.join(NOT_IN_ALL)}.",
     )
     parser.add_argument("names", nargs="*", help="benchmarks to run (default: %(default)s)")
     parser.add_argument("--rows", type=int, default=None, help="row count (base count for memory)")
@@ -110,6 +127,17 @@ def main(argv: list[str] | None = None) -> int:
         default="HEAD",
         help="compare: the git revision to measure the working tree against (default: HEAD)",
     )
+    parser.add_argument("--trials", type=int, default=None, help="sigint: runs to interrupt")
+    parser.add_argument("--seed", type=int, default=0, help="sigint: seed of the delays")
+    parser.add_argument(
+        "--signal", default="INT", help="sigint: the signal to send, INT or TERM (default INT)"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("cli", "library"),
+        default="cli",
+        help="sigint: interrupt `trioplay run` (default) or a library program under trio.run",
+    )
     parser.add_argument("--quick", action="store_true", help="a few seconds, nothing saved")
     parser.add_argument(
         "--no-save", dest="save", action="store_false", help="do not write benchmarks/results/"
@@ -119,15 +147,18 @@ def main(argv: list[str] | None = None) -> int:
         args.save = False
     names = args.names or list(DEFAULT)
     if names == ["all"]:
-        names = [name for name in BENCHMARKS if name not in ("compare", "instructions")]
+        names = [name for name in BENCHMARKS if name not in NOT_IN_ALL]
     unknown = [name for name in names if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    code = 0
     for index, name in enumerate(names):
         if index:
             print()
-        BENCHMARKS[name][0](args)
-    return 0
+        result = BENCHMARKS[name][0](args)
+        if isinstance(result, sigint_trials.Report) and not result.clean:
+            code = 1  # a trial broke a promise
+    return code
 
 
 if __name__ == "__main__":

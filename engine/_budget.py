@@ -4,6 +4,8 @@ Rows are admitted while their estimated bytes fit ``active_rows_budget_bytes``
 (shared by every map of a runtime), so a map whose rows grow large (tools
 returning megabytes) runs fewer rows at once instead of running out of memory.
 Waiters are served in arrival order, so a large row is not starved by small ones.
+Its methods are protected from ``KeyboardInterrupt``, as Trio's own primitives
+are, so Ctrl-C never lands halfway through its accounting.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class ByteBudget:
         self.used = 0
         self._waiters: deque[tuple[int, trio.Event]] = deque()
 
+    @trio.lowlevel.enable_ki_protection
     def try_acquire(self, size: int) -> int | None:
         """Take ``size`` bytes now if they fit and nobody waits (no checkpoint)."""
         size = min(size, self.capacity)
@@ -27,6 +30,7 @@ class ByteBudget:
             return size
         return None
 
+    @trio.lowlevel.enable_ki_protection
     async def acquire(self, size: int) -> int:
         """Wait until ``size`` bytes fit; returns the amount taken (capped at capacity)."""
         taken = self.try_acquire(size)
@@ -46,6 +50,7 @@ class ByteBudget:
             raise
         return size
 
+    @trio.lowlevel.enable_ki_protection
     def release(self, size: int) -> None:
         self.used -= size
         self._wake()

@@ -7,6 +7,7 @@ round-trip through :func:`error_to_record` / :func:`error_from_record`.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 TransientCategory = Literal["rate_limit", "network", "upstream"]
@@ -58,6 +59,53 @@ class PlayDefinitionError(TrioplayError, TypeError):
     """
 
     code = "PLAY_DEFINITION"
+
+
+class RunIdConflict(TrioplayError, ValueError):
+    """A run id already names a run of another play, or of another input.
+
+    A run id names one play applied to one input: running it again resumes
+    that run, which takes the same play and the same input. ``Runtime.run``
+    raises this before anything runs, and the stored run is left as it was.
+    ``stored_play`` and ``stored_input_digest`` describe the run as it was
+    started, ``play`` and ``input_digest`` the one refused (a digest is the
+    first 12 hex digits of the SHA-256 of the input's canonical JSON).
+    """
+
+    code = "RUN_ID_CONFLICT"
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        stored_play: str,
+        stored_input_json: str,
+        play: str,
+        input_json: str,
+    ) -> None:
+        self.run_id = run_id
+        self.stored_play = stored_play
+        self.stored_input_digest = input_digest(stored_input_json)
+        self.play = play
+        self.input_digest = input_digest(input_json)
+        differs = "play" if play != stored_play else "input"
+        super().__init__(
+            f"run {run_id!r} was started with play {stored_play!r} and input digest "
+            f"{self.stored_input_digest} ({_preview(stored_input_json)}); this is play "
+            f"{play!r} with input digest {self.input_digest} ({_preview(input_json)}), another "
+            f"{differs}. To resume run {run_id!r}, run the same play and the same input; "
+            "to start a new run, use another run id (or none: the default one is derived "
+            "from the play and its input)"
+        )
+
+
+def input_digest(input_json: str) -> str:
+    """The first 12 hex digits of the SHA-256 of a play input's canonical JSON."""
+    return hashlib.sha256(input_json.encode("utf-8")).hexdigest()[:12]
+
+
+def _preview(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ToolExecutionError(TrioplayError):

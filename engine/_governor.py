@@ -23,6 +23,12 @@ one provider has been called in the runtime, no provider holds more than
 most its share, and the others go on with the rest. A provider alone may use
 every slot. Slots are never taken back from a running call; the share is
 what keeps a stuck provider from taking them all in the first place.
+
+**Ctrl-C.** Like Trio's own synchronisation primitives, the governor's
+methods are protected from ``KeyboardInterrupt``
+(``trio.lowlevel.enable_ki_protection``): landing halfway through its
+accounting, Ctrl-C would leave a slot counted for a call that holds none,
+or a parked task that will never be woken. It arrives at a checkpoint.
 """
 
 from __future__ import annotations
@@ -256,6 +262,7 @@ class Governor:
         # Providers with calls waiting for a slot, in turn.
         self._ring: collections.deque[ProviderGate] = collections.deque()
 
+    @trio.lowlevel.enable_ki_protection
     def gate(self, provider: str, rate: Rate | None, concurrency: int | None) -> ProviderGate:
         """The gate of ``provider``; the first tool to name a provider sets its limits.
 
@@ -300,6 +307,7 @@ class Governor:
         self.external.give_back(borrower)
         gate.held -= 1
 
+    @trio.lowlevel.enable_ki_protection
     def try_acquire(self, gate: ProviderGate | None, borrower: object) -> bool:
         """Pass every gate now if none would make us wait (no checkpoint)."""
         provider = gate if gate is not None else self._resolve(gate)
@@ -319,6 +327,7 @@ class Governor:
         self._take(provider, borrower)
         return True
 
+    @trio.lowlevel.enable_ki_protection
     async def acquire(
         self, gate: ProviderGate | None, borrower: object, row: RowPhase | None = None
     ) -> None:
@@ -380,6 +389,7 @@ class Governor:
         await waiter.wait()
         return waiter.granted
 
+    @trio.lowlevel.enable_ki_protection
     def acquire_or_queue(
         self,
         borrower: Any,
@@ -422,6 +432,7 @@ class Governor:
                 # slot; serve the queue now rather than at the next release.
                 self._dispatch()
 
+    @trio.lowlevel.enable_ki_protection
     def slow_down(self, gate: ProviderGate | None, retry_after: float) -> None:
         """A rate-limit answer: start no call of ``gate``'s provider for ``retry_after`` seconds.
 
@@ -444,6 +455,7 @@ class Governor:
         for waiter in waiters:
             waiter.grant(slot=False)
 
+    @trio.lowlevel.enable_ki_protection
     def release(self, gate: ProviderGate | None, borrower: object) -> None:
         provider = gate if gate is not None else self._fetch
         self._give_back(provider, borrower)

@@ -3,7 +3,8 @@
 Trio nurseries raise ``ExceptionGroup``s. Users of trioplay never see one:
 every nursery inside the engine is opened with :func:`open_nursery`, which
 turns a group back into the one error that caused the failure. The first
-error that is not ``trio.Cancelled`` wins; the others are listed in a note
+error that is not ``trio.Cancelled`` wins (a ``KeyboardInterrupt`` before any
+other, so that Ctrl-C is what the user sees); the others are listed in a note
 and stay reachable through the group: the winner's ``__cause__``, or its
 ``__context__`` when the winner has a cause of its own (a latch's store
 error, a fetch's transport error), which it keeps. A lone error keeps its
@@ -37,6 +38,8 @@ def collapse(group: BaseExceptionGroup[BaseException]) -> BaseException:
     errors = [exc for exc in leaves if not isinstance(exc, trio.Cancelled)]
     if not errors:
         return leaves[0]
+    # Ctrl-C reads as Ctrl-C, whatever else went wrong as it landed.
+    errors.sort(key=lambda exc: not isinstance(exc, KeyboardInterrupt))
     first = errors[0]
     others = errors[1:]
     if others:

@@ -7,6 +7,7 @@ settler, provider calls), so cancelling a run stops every task it started.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -16,7 +17,12 @@ import trio
 
 from ._budget import ByteBudget
 from ._context import PlayContext
-from ._errors import PlayDefinitionError, PlayInputError, format_error
+from ._errors import (
+    PlayDefinitionError,
+    PlayInputError,
+    RunIdConflict,
+    format_error,
+)
 from ._events import EventSink, RuntimeEvent, deliver
 from ._governor import Governor
 from ._json import canonical_json, digest, dumps, dumps_output
@@ -33,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
     from ._fetch import Fetcher, FetchResponse
+    from ._receipts import Dispatcher
     from ._records import RunStatus
 
 log = logging.getLogger("trioplay")
@@ -134,6 +141,7 @@ class Runtime:
         """A fetch with deadlines and egress rules but no receipt (for tools)."""
         return await (await self.fetcher()).fetch(url, **options)
 
+    @trio.lowlevel.enable_ki_protection
     async def run(self, play: Play, input: Any = None, *, run_id: str | None = None) -> Any:
         """Run ``play(ctx, input)`` durably and return what it returns.
 
@@ -141,6 +149,12 @@ class Runtime:
         so running the same play on the same input again resumes it: committed
         rows are skipped and completed receipts replayed. The run's counters
         are in :attr:`last_stats` afterwards.
+
+        A ``KeyboardInterrupt`` (Ctrl-C under ``trio.run``) ends the run as
+        ``cancelled`` and is raised again. This method's own bookkeeping is
+        protected from it (it arrives at a checkpoint, never between
+        beginning the attempt and the ``try`` that records its end); the
+        play's code is not.
         """
         name = play_name(play)
         try:
@@ -150,12 +164,21 @@ class Runtime:
         if run_id is None:
             run_id = default_run_id(name, input_json)
         record = await self.store.begin_attempt(run_id, name, input_json, now=self.wall_clock())
+        if (record.play, record.input_json) != (name, input_json):
+            raise RunIdConflict(
+                run_id,
+                stored_play=record.play,
+                stored_input_json=record.input_json,
+                play=name,
+                input_json=input_json,
+            )
         self._emit(run_id, "run.started", {"play": name, "attempt": record.attempt})
         status: RunStatus = "failed"
         error: str | None = None
         output_json: str | None = None
         stats = DispatchStats()
         unwound = _Unwinding()
+        dispatcher: Dispatcher | None = None
         try:
             store_calls = StoreCalls()
             store = store_calls.watch(self.store)
@@ -189,7 +212,7 @@ class Runtime:
                 done = trio.Event()
 
                 async def body() -> None:
-                    returned.append(await play(PlayContext(services), input))
+                    returned.append(await _call_play(play, PlayContext(services), input))
                     await dispatcher.drain()
                     done.set()
 
@@ -216,17 +239,30 @@ class Runtime:
             raise
         finally:
             self.last_stats = stats
+            # The late settlements and the run's end share what is left of
+            # cleanup_timeout since the run began to unwind.
+            deadline = unwound.cleanup_deadline(self.limits.cleanup_timeout)
+            if dispatcher is not None:
+                await dispatcher.settle_late(deadline)
+            finish = functools.partial(
+                self.store.finish_attempt,
+                run_id,
+                status,
+                now=self.wall_clock(),
+                output_json=output_json,
+                error=error,
+                stats_json=dumps(_stats_dict(stats)),
+            )
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = unwound.cleanup_deadline(self.limits.cleanup_timeout)
                 try:
-                    await self.store.finish_attempt(
-                        run_id,
-                        status,
-                        now=self.wall_clock(),
-                        output_json=output_json,
-                        error=error,
-                        stats_json=dumps(_stats_dict(stats)),
-                    )
+                    try:
+                        await finish()
+                    except KeyboardInterrupt:
+                        # Ctrl-C arrived as the end was being recorded, maybe
+                        # before it was: record it all the same, then let it through.
+                        await finish()
+                        raise
                 except Exception as exc:
                     log.warning("run %s: could not record its end: %s", run_id, exc)
             self._emit(
@@ -262,6 +298,12 @@ class _Unwinding:
         return max(started + cleanup_timeout, now + cleanup_timeout / 10)
 
 
+@trio.lowlevel.disable_ki_protection
+async def _call_play(play: Play, ctx: PlayContext, input: Any) -> Any:
+    """The play, outside :meth:`Runtime.run`'s protection: Ctrl-C interrupts it where it lands."""
+    return await play(ctx, input)
+
+
 def _stats_dict(stats: DispatchStats) -> dict[str, int]:
     return {
         "provider_calls": stats.provider_calls,
@@ -284,6 +326,7 @@ def _resolve_store(store: Store | str | None) -> Store:
 
 
 @asynccontextmanager
+@trio.lowlevel.enable_ki_protection
 async def open_runtime(
     *,
     store: Store | str | None = None,

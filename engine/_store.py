@@ -192,7 +192,10 @@ class RunStore(Protocol):
     ) -> RunRecord:
         """Create the run (attempt 1) or start its next attempt (attempt + 1).
 
-        Sets ``status="running"`` and returns the record as stored.
+        Sets ``status="running"`` and returns the record as stored. A run
+        stored with another ``play`` or another ``input_json`` is left as it
+        is, in the same transaction, and returned as stored: the caller sees
+        the difference (the runtime refuses the run id, ``RunIdConflict``).
         """
         ...
 

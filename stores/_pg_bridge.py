@@ -397,13 +397,16 @@ class _Pool:
         self._workers.append(worker)
         return worker
 
+    @trio.lowlevel.enable_ki_protection
     async def run(self, work: Callable[[_Conn], T], *, timeout: float) -> T:
         """``work(conn)`` on the next idle worker, within ``timeout`` seconds.
 
         See the module docstring for the deadline and for cancellation.
         Raises :class:`_Closed` if the pool closes before a worker is free,
         :class:`_NoAnswer` when the deadline passes, and otherwise whatever
-        the job raised.
+        the job raised. Protected from Ctrl-C: a ``KeyboardInterrupt`` never
+        lands between taking a worker and giving it back (it comes at a
+        checkpoint; the job itself runs on the worker's thread, out of its reach).
         """
         deadline = trio.current_time() + timeout
         worker: _Worker | None = None

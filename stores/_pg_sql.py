@@ -102,11 +102,12 @@ class _Sql:
                 (run_id, play, input_json, status, attempt, created_at, updated_at)
             VALUES (%s, %s, %s, 'running', 1, %s, %s)
             ON CONFLICT (run_id) DO UPDATE SET
-                play = excluded.play, input_json = excluded.input_json, status = 'running',
-                attempt = r.attempt + 1, updated_at = excluded.updated_at,
+                status = 'running', attempt = r.attempt + 1, updated_at = excluded.updated_at,
                 output_json = NULL, error = NULL, stats_json = NULL
+            WHERE r.play = excluded.play AND r.input_json = excluded.input_json
             RETURNING {RUN_COLUMNS}
         """
+        # No row from begin_attempt: the run has another play or input (read it as it is).
         self.finish_attempt = f"""
             UPDATE {s}.runs SET status = %s, updated_at = %s, output_json = %s, error = %s,
                 stats_json = %s

@@ -5,6 +5,18 @@ hand it a job and sleep until the result is handed back through the Trio
 token, so a call costs two thread hops and never a new thread. A short job
 runs inline instead, on the Trio thread, when the thread is idle (see
 :meth:`_Worker.run`).
+
+Ctrl-C: :meth:`_Worker.run` is protected from ``KeyboardInterrupt``
+(``trio.lowlevel.enable_ki_protection``), inline job included. Trio raises
+a ``KeyboardInterrupt`` where the signal lands unless the code there is
+protected; landing inside an inline job, it would leave the connection in
+the middle of a transaction ("cannot start a transaction within a
+transaction" for every later job), and landing between handing a job to the
+thread and waiting for it, it would leave a result addressed to a task that
+no longer waits (a ``TrioInternalError``). Protected, a store call
+interrupted by Ctrl-C either never started its job or returns its result;
+Trio delivers the ``KeyboardInterrupt`` at the next checkpoint of the main
+task that can take it (a queued job is dropped then, a running one is waited for).
 """
 
 from __future__ import annotations
@@ -83,6 +95,7 @@ class _Worker:
         )
         self._thread.start()
 
+    @trio.lowlevel.enable_ki_protection
     async def run(
         self,
         work: Callable[[sqlite3.Connection], T],

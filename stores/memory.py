@@ -123,6 +123,8 @@ class MemoryStore:
     ) -> RunRecord:
         await trio.lowlevel.checkpoint()
         previous = self._runs.get(run_id)
+        if previous is not None and (previous.play, previous.input_json) != (play, input_json):
+            return previous  # another play or input: the caller refuses the run id
         record = RunRecord(
             run_id=run_id,
             play=play,

@@ -62,6 +62,7 @@ from ._pg_bridge import (
     _Unreachable,
     _Worker,
     commit_point,
+    transaction,
 )
 from ._pg_jobs import (
     _b,
@@ -321,10 +322,14 @@ class PostgresStore:
         now = float(now)
 
         def work(conn: _Conn) -> RunRecord:
-            commit_point()  # autocommit: the statement commits as it runs
-            row = conn.execute(
-                self._sql.begin_attempt, (run_id, play, input_json.encode(), now, now), binary=True
-            ).fetchone()
+            with transaction(conn):
+                row = conn.execute(
+                    self._sql.begin_attempt,
+                    (run_id, play, input_json.encode(), now, now),
+                    binary=True,
+                ).fetchone()
+                if row is None:  # another play or input: left as it is, for the caller to refuse
+                    row = conn.execute(self._sql.get_run, (run_id,)).fetchone()
             assert row is not None
             return _run(row)
 

@@ -440,10 +440,10 @@ def _begin_attempt(
     run_id: str, play: str, input_json: str, now: float, conn: sqlite3.Connection
 ) -> RunRecord:
     with _transaction(conn):
-        row = conn.execute(
-            "SELECT attempt, created_at FROM runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        attempt, created_at = (row[0] + 1, row[1]) if row is not None else (1, now)
+        stored = _get_run(run_id, conn)
+        if stored is not None and (stored.play, stored.input_json) != (play, input_json):
+            return stored  # another play or input: the caller refuses the run id
+        attempt, created_at = (stored.attempt + 1, stored.created_at) if stored else (1, now)
         conn.execute(
             """
             INSERT INTO runs (run_id, play, input_json, status, attempt, created_at, updated_at)

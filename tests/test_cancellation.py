@@ -10,6 +10,8 @@ import pytest
 import trio
 
 import trioplay
+from trioplay._json import canonical_json
+from trioplay._runtime import default_run_id
 from trioplay.stores.memory import MemoryStore
 
 from .support import registry
@@ -120,3 +122,39 @@ async def test_cancelled_runtime_closes_the_sqlite_thread(tmp_path: Path) -> Non
             await rt.run(play, {})
     await trio.sleep(0.05)
     assert {t for t in threading.enumerate() if t.is_alive()} - threads == set()
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+async def test_a_result_returned_after_the_cancel_is_still_recorded(
+    store_kind: str, tmp_path: Path
+) -> None:
+    # A tool that finishes its work although its run was cancelled (a shielded
+    # request, or one that returned without a checkpoint just as the cancel
+    # came) settles after the settler's last write; it was paid for all the same.
+    store: Any = MemoryStore() if store_kind == "memory" else f"sqlite:///{tmp_path}/c.db"
+    started = trio.Event()
+    paid: list[str] = []
+
+    async def stubborn(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        started.set()
+        with trio.CancelScope(shield=True):
+            await trio.sleep(0.1)
+        paid.append(call.idempotency_key)
+        return {"ok": input["id"]}
+
+    async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+        return await rc.tool("t", {"id": row["id"]})
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.dataset("s", [{"id": "a"}]).with_column("x", resolver).run(key="id")
+
+    async with trioplay.open_runtime(store=store, tools=registry(t=stubborn)) as rt:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(rt.run, play, {})
+                await started.wait()
+                scope.cancel()
+        assert paid
+        held = await rt.store.count_receipts(default_run_id("p", canonical_json({})))
+        assert held == {"completed": 1}

@@ -31,6 +31,7 @@ CONTRACT = [
     "MapMemoryLimitError",
     "PersistenceLatchTripped",
     "PlayInputError",
+    "RunIdConflict",
     # What a store implements and is given (trioplay.stores imports only these).
     "Store",
     "ReceiptStore",

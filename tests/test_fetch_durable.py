@@ -59,15 +59,16 @@ async def test_force_fetches_again() -> None:
     store = MemoryStore()
 
     @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, force: bool) -> Any:
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        # The same run (a run id names one input): its third attempt forces.
+        force = ctx.attempt == 3
         return (await ctx.fetch(f"http://127.0.0.1:{server.port}/x", force=force)).status
 
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
         async with trioplay.open_runtime(store=store, allow_networks=LOCAL) as rt:
-            await rt.run(play, False, run_id="r")
-            await rt.run(play, False, run_id="r")
-            await rt.run(play, True, run_id="r")
+            for _ in range(3):
+                await rt.run(play, {}, run_id="r")
         nursery.cancel_scope.cancel()
     assert len(server.requests) == 2
 

@@ -130,6 +130,26 @@ async def test_begin_attempt_creates_then_increments(store: Store) -> None:
     assert await store.get_run("run-1") == second
 
 
+@pytest.mark.parametrize(
+    ("play", "input_json"), [("enrich", '{"n":2}'), ("other", '{"n":1}')], ids=["input", "play"]
+)
+async def test_begin_attempt_leaves_a_run_of_another_play_or_input_as_it_was(
+    store: Store, play: str, input_json: str
+) -> None:
+    # The runtime refuses the reused run id; the store only must not merge the two.
+    first = await store.begin_attempt("run-1", "enrich", '{"n":1}', now=NOW)
+    await store.finish_attempt("run-1", "completed", now=NOW + 1, output_json="7")
+    stored = await store.get_run("run-1")
+    assert stored is not None
+    answer = await store.begin_attempt("run-1", play, input_json, now=NOW + 2)
+    assert answer == stored
+    assert (answer.play, answer.input_json, answer.attempt) == ("enrich", '{"n":1}', 1)
+    assert (answer.status, answer.output_json, answer.created_at) == ("completed", "7", NOW)
+    assert await store.get_run("run-1") == stored
+    resumed = await store.begin_attempt("run-1", "enrich", '{"n":1}', now=NOW + 3)
+    assert (resumed.attempt, resumed.status, resumed.created_at) == (2, "running", first.created_at)
+
+
 async def test_finish_attempt_records_the_outcome(store: Store) -> None:
     await store.begin_attempt("run-1", "enrich", "{}", now=NOW)
     await store.finish_attempt(

@@ -5,10 +5,12 @@ Commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``,
 keeps it in step with ``--help``. Each returns an exit code (``_common``):
 0 success, 1 a failed run (or an unexpected error), 2 a usage or input
 problem (bad arguments or configuration, a missing file, a bad store URL,
-:class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`),
-3 a completed run whose ``--out`` failed, 130 after Ctrl-C, 143 after
-SIGTERM. Errors are one line, ``error: ...``, on stderr; ``--debug`` adds
-the traceback.
+:class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`,
+:class:`~trioplay.RunIdConflict`), 3 a completed run whose ``--out``
+failed, 130 after Ctrl-C (SIGINT), 143 after SIGTERM: during ``run`` and
+``demo`` either signal cancels the run, which ends as a cancelled run does,
+and a second one exits at once (see ``_signals``). Errors are one line,
+``error: ...``, on stderr; ``--debug`` adds the traceback.
 
 Progress goes to stderr (see ``_progress``), summaries and tables to stdout,
 and so do the log lines of ``trioplay.stall`` and of plays (``ctx.log``).
@@ -29,6 +31,7 @@ point.
 - ``_playfile``: loading a play file, its play and its tools
 - ``_export``: a dataset sheet to CSV or JSON Lines
 - ``_progress``: the progress bar or lines and the end-of-run summary
+- ``_signals``: Ctrl-C and SIGTERM as the cancellation of a run
 - ``_demo``: the bundled ``enrich-leads`` play and its simulated tools
 """
 
@@ -42,8 +45,15 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import PlayDefinitionError, PlayInputError
-from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, _say, describe_error
+from ._common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    INPUT_ERRORS,
+    UsageError,
+    _say,
+    describe_error,
+)
 from ._parser import build_parser
 
 if TYPE_CHECKING:
@@ -70,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             _say("interrupted")
             return EXIT_INTERRUPTED
-        except (UsageError, PlayInputError, PlayDefinitionError) as exc:
+        except (UsageError, *INPUT_ERRORS) as exc:
             session.report_error(exc, usage=True)
             return EXIT_USAGE
         except Exception as exc:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import tempfile
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,6 @@ import trio
 
 from trioplay.stores.sqlite import path_problem
 
-from .._errors import PlayDefinitionError, PlayInputError
 from .._plugins import open_store
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
 from ._common import (
@@ -29,13 +28,15 @@ from ._common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    INPUT_ERRORS,
     UsageError,
     _say,
 )
 from ._config import Config, Settings, format_config, load, start_folder
 from ._export import STDOUT, Format, StatusFilter, export_dataset, format_for
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
-from ._progress import OutputFile, RunReporter, format_summary
+from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
+from ._signals import cancel_on_signals
 
 if TYPE_CHECKING:
     import argparse
@@ -145,30 +146,20 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
     from . import _demo  # the demo imports the adapters; only load it when asked
 
     store = _store_for(args.store)
-    rows: int | None = args.rows
-    with contextlib.ExitStack() as stack:
-        if rows is None or rows == _demo.BUNDLED_ROWS:
-            rows = _demo.BUNDLED_ROWS
-            csv_path = stack.enter_context(_demo.bundled_csv())
-        else:
-            # Generated leads are the bundled ones extended (or cut short), so
-            # `--rows 200` runs the first 200 rows of the bundled file.
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="trioplay-demo-"))
-            csv_path = Path(folder) / f"leads-{rows}.csv"
-            _demo.write_leads_csv(csv_path, rows)
-        spec = _RunSpec(
-            play=_demo.enrich_leads,
-            tools=_demo.tools(),
-            input={"csv": str(csv_path)},
-            # Fixed, not derived from the input: the CSV's path depends on where
-            # trioplay is installed, and the demo should resume wherever it runs.
-            run_id=f"demo-{rows}",
-            store=store,
-            out=args.out,
-            format=args.format,
-            status=args.status,
-        )
-        return _execute(spec, session)
+    rows: int = _demo.BUNDLED_ROWS if args.rows is None else args.rows
+    spec = _RunSpec(
+        play=_demo.demo_leads,
+        tools=_demo.tools(),
+        input={"rows": rows},
+        # Fixed, so that the demo resumes wherever it runs; the input names
+        # the leads, not a file (see _demo.demo_leads).
+        run_id=f"demo-{rows}",
+        store=store,
+        out=args.out,
+        format=args.format,
+        status=args.status,
+    )
+    return _execute(spec, session)
 
 
 def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
@@ -219,14 +210,12 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     reporter = RunReporter()
     try:
         with session.log_through(reporter.write_line):
-            finished = trio.run(_run_and_export, spec, reporter)
-    except KeyboardInterrupt:
+            finished, interrupt = trio.run(
+                cancel_on_signals, partial(_run_and_export, spec, reporter), reporter.write_line
+            )
+    except KeyboardInterrupt:  # before the signal receiver opened, or after it closed
         reporter.close()
-        run_id = reporter.outcome.run_id
-        if run_id is not None:
-            _say(f"interrupted: run {run_id} stopped; the same command resumes it")
-        else:
-            _say("interrupted")
+        _say(_interrupted(reporter.outcome, spec))
         return EXIT_INTERRUPTED
     finally:
         reporter.close()
@@ -236,16 +225,21 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         format_summary(
             reporter.outcome,
             list(reporter.maps.values()),
-            sheets=finished.sheets,
-            outputs=finished.outputs,
+            sheets=finished.sheets if finished is not None else {},
+            outputs=finished.outputs if finished is not None else [],
         ),
         file=summary,
     )
     summary.flush()
-    error = finished.error
+    error = finished.error if finished is not None else None
+    usage = isinstance(error, INPUT_ERRORS)
     if error is not None:
-        usage = isinstance(error, PlayInputError | PlayDefinitionError)
         session.report_error(error, usage=usage)
+    if interrupt.received is not None:  # Ctrl-C or SIGTERM cancelled the run (see _signals)
+        _say(_interrupted(reporter.outcome, spec))
+        return interrupt.exit_code
+    assert finished is not None  # not cancelled, so the body returned
+    if error is not None:
         return EXIT_USAGE if usage else EXIT_FAILED
     if finished.export_error is not None:
         session.report_error(finished.export_error, usage=False)
@@ -255,6 +249,16 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         )
         return EXIT_EXPORT_FAILED
     return EXIT_OK
+
+
+def _interrupted(outcome: RunOutcome, spec: _RunSpec) -> str:
+    """The last line after Ctrl-C or SIGTERM: where the run stands, what to do next."""
+    if outcome.run_id is None:
+        return "interrupted before the run started"
+    if outcome.status == "completed":
+        then = " and writes --out" if spec.out is not None else ""
+        return f"interrupted: run {outcome.run_id} had completed; the same command replays it{then}"
+    return f"interrupted: run {outcome.run_id} stopped; the same command resumes it"
 
 
 async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
@@ -276,7 +280,7 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
         error: Exception | None = None
         try:
             await rt.run(spec.play, spec.input, run_id=spec.run_id)
-        except (PlayInputError, PlayDefinitionError) as exc:
+        except INPUT_ERRORS as exc:
             if not reporter.maps:
                 raise  # wrong before any row ran: exit 2, no summary
             error = exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from .._errors import format_error
+from .._errors import PlayDefinitionError, PlayInputError, RunIdConflict, format_error
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -27,6 +27,10 @@ MAX_DEMO_ROWS = 100_000
 
 class UsageError(Exception):
     """The command cannot start as given: exit code 2, one line of explanation."""
+
+
+INPUT_ERRORS = (PlayInputError, PlayDefinitionError, RunIdConflict)
+"""The library's errors that mean the command was given the wrong play or input: exit code 2."""
 
 
 def describe_error(exc: BaseException, *, usage: bool = False) -> str:

@@ -23,10 +23,12 @@ provider call at all.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import random
+import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +55,33 @@ async def enrich_leads(ctx: trioplay.PlayContext, input: dict[str, Any]) -> dict
             'input needs "csv": the path of a CSV file with a "domain" column '
             "(trioplay run ... --csv leads.csv)"
         )
-    leads = ctx.csv(input["csv"], required=["domain"])
+    return await _enrich(ctx, input["csv"])
+
+
+@trioplay.play(PLAY_NAME)
+async def demo_leads(ctx: trioplay.PlayContext, input: dict[str, Any]) -> dict[str, Any]:
+    """What ``trioplay demo`` runs: :func:`enrich_leads` on the first ``input["rows"]`` leads.
+
+    The input names the leads, not a file: the bundled CSV's path depends on
+    where trioplay is installed, and a generated one lives in a temporary
+    folder, so a path would make every demo a new run (a run id names one
+    input). The same play name keeps the tool receipts of both plays shared.
+    """
+    rows = int(input["rows"])
+    with contextlib.ExitStack() as stack:
+        if rows == BUNDLED_ROWS:
+            path = stack.enter_context(bundled_csv())
+        else:
+            # Generated leads are the bundled ones extended (or cut short), so
+            # `--rows 200` runs the first 200 rows of the bundled file.
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="trioplay-demo-"))
+            path = Path(folder) / f"leads-{rows}.csv"
+            write_leads_csv(path, rows)
+        return await _enrich(ctx, str(path))
+
+
+async def _enrich(ctx: trioplay.PlayContext, csv_path: str) -> dict[str, Any]:
+    leads = ctx.csv(csv_path, required=["domain"])
     result = await (
         ctx.dataset(DATASET, leads)
         .with_column("company", lookup_company)

@@ -4,6 +4,10 @@ A call's owner (the caller that made it) parks until the call is delivered
 or is its to run (:func:`park`, :func:`wake`): one parked task and one
 reschedule, cheaper than an Event per call. Identical calls made meanwhile
 follow it through :class:`InFlight` instead of claiming its receipt again.
+``park``, ``wake`` and ``InFlight.deliver`` are protected from
+``KeyboardInterrupt``, as Trio's own primitives are: Ctrl-C landing between
+naming the parked task and parking it would leave a wake-up addressed to a
+task that is gone (a ``TrioInternalError``).
 """
 
 from __future__ import annotations
@@ -125,6 +129,7 @@ class _Cohort:
 
 
 # -- the turn -----------------------------------------------------------------
+@trio.lowlevel.enable_ki_protection
 async def park(call: _Call) -> None:
     """Park the owner until its call is delivered or is its to run (see :func:`wake`)."""
     if call.woken:
@@ -139,6 +144,7 @@ async def park(call: _Call) -> None:
     await trio.lowlevel.wait_task_rescheduled(abort)
 
 
+@trio.lowlevel.enable_ki_protection
 def wake(call: _Call) -> None:
     """Let the owner of ``call`` go on, now or as soon as it parks."""
     call.woken = True
@@ -162,6 +168,7 @@ class InFlight:
     def __init__(self) -> None:
         self.calls: dict[str, _Call] = {}
 
+    @trio.lowlevel.enable_ki_protection
     def deliver(self, call: _Call, value: Any = None, error: BaseException | None = None) -> None:
         """Hand ``call``'s result (or error) to its owner, its followers and its cohort."""
         call.value = value

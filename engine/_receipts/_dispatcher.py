@@ -140,6 +140,11 @@ class Dispatcher:
         """Wait until every result delivered so far is durably settled (or failed to be)."""
         await self._settler.drain()
 
+    async def settle_late(self, deadline: float) -> None:
+        """Once the dispatcher's tasks are gone: write the settlements handed over after
+        the settler stopped (a cancelled run's last calls), shielded, until ``deadline``."""
+        await self._settler.write_late(deadline)
+
     async def settled_up_to_now(self) -> None:
         """Wait until the receipts of every result delivered before now are written.
 

@@ -121,6 +121,20 @@ class _Settler:
             self._advance(self._submitted - self._written)
             raise
 
+    async def write_late(self, deadline: float) -> None:
+        """Write what was handed over after :meth:`run` ended (shielded, until ``deadline``).
+
+        A call whose tool returned without a checkpoint as its run was being
+        cancelled settles after the settler's last write; its result was paid
+        for. The run calls this once no task of its dispatcher is left.
+        """
+        batch, self._pending = self._pending, []
+        if batch:
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = deadline
+                await self._write(batch)
+        self._advance(self._submitted - self._written)
+
     async def _write(self, batch: list[_Entry]) -> None:
         """Write ``batch``; entries leave it as they settle (a cancelled write leaves the rest)."""
         kinds: dict[type, list[_Entry]] = {Completion: [], Failure: [], Lease: []}
