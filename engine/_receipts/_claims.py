@@ -9,11 +9,11 @@ the executor.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .._errors import ReceiptWaitTimeout, error_from_record
+from .._errors import CorruptReceipt, ReceiptWaitTimeout, error_from_record
 from .._json import loads
 from .._owner import owner_is_dead
 from .._records import Claimed, ClaimRequest, Held, Lease, Settled
@@ -138,12 +138,8 @@ class Claimer:
         async with self._hydration:
             for call, receipt in settled:
                 self._stats.replayed += 1
-                if receipt.status == "failed":
-                    self._deliver(call, error=error_from_record(loads(receipt.error_json or "{}")))
-                elif receipt.result_json is None:
-                    self._deliver(call, None)
-                else:
-                    self._deliver(call, loads(receipt.result_json))
+                value, error = replayed(receipt)
+                self._deliver(call, value, error)
 
     async def _wait_held(self, call: _Call, receipt: Receipt) -> None:
         """Wait for another owner's receipt; reclaim it once its lease is gone."""
@@ -182,6 +178,34 @@ class Claimer:
             self._deliver(call, error=exc)
             return
         self._deliver(call, error=ReceiptWaitTimeout(call.key, waited))
+
+
+def replayed(receipt: Receipt) -> tuple[Any, BaseException | None]:
+    """What a settled receipt replays: ``(value, None)`` or ``(None, its recorded error)``.
+
+    A payload that does not read back (not JSON, or a failure that is not a
+    JSON object) replays as :class:`CorruptReceipt`, for its callers only.
+    """
+    if receipt.status == "failed":
+        text = receipt.error_json or "{}"
+        try:
+            record = loads(text)
+        except (ValueError, RecursionError) as exc:
+            return None, CorruptReceipt(
+                receipt.key, receipt.operation, receipt.name, "failure", exc
+            )
+        if not isinstance(record, dict):
+            problem = f"a JSON object was expected, not {type(record).__name__}"
+            return None, CorruptReceipt(
+                receipt.key, receipt.operation, receipt.name, "failure", problem
+            )
+        return None, error_from_record(record)
+    if receipt.result_json is None:
+        return None, None
+    try:
+        return loads(receipt.result_json), None
+    except (ValueError, RecursionError) as exc:
+        return None, CorruptReceipt(receipt.key, receipt.operation, receipt.name, "result", exc)
 
 
 def sort_outcomes(
