@@ -3,6 +3,7 @@ and coalesced claims of direct effects (issue 11, points 3, 5 and 6)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.testing
 
 import trioplay
 from trioplay.stores.memory import MemoryStore
@@ -175,3 +177,76 @@ async def test_a_replayed_fetch_of_the_wrong_shape_is_a_corrupt_receipt() -> Non
             await run()
         nursery.cancel_scope.cancel()
     assert len(server.requests) == 1
+
+
+# -- point 5: replay payloads are fetched and decoded one batch at a time ---------------------
+
+PAYLOAD = 4096
+BATCH = 50
+
+
+class SlowClaims(MemoryStore):
+    """A store whose claims take 10 ms, and a probe of the replay payloads in memory.
+
+    ``held`` counts the bytes of completed payloads that a claim has answered
+    with and no caller has received yet (fetched, maybe decoded, not
+    delivered); ``peak`` is its maximum.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.probing = False
+        self.held = 0
+        self.peak = 0
+
+    async def claim_many(self, requests: Any, **kw: Any) -> Any:
+        await trio.sleep(0.01)
+        outcomes = await super().claim_many(requests, **kw)
+        if not self.probing:
+            return outcomes
+        for outcome in outcomes:
+            if isinstance(outcome, trioplay.Settled) and outcome.receipt.result_json:
+                self.held += len(outcome.receipt.result_json)
+        self.peak = max(self.peak, self.held)
+        return outcomes
+
+    def received(self, value: Any) -> None:
+        if self.probing:
+            self.held -= len(json.dumps(value, separators=(",", ":")))
+
+
+async def test_a_replay_holds_at_most_one_batch_of_payloads(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = SlowClaims()
+    executed = 0
+
+    async def big(input: dict[str, Any], _call: trioplay.ToolCall) -> Any:
+        nonlocal executed
+        executed += 1
+        return {"i": f"{input['i']:05d}", "blob": "x" * PAYLOAD}
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            value = await rc.tool("big", {"i": row["i"]})
+            store.received(value)
+            return value["i"]
+
+        rows = [{"i": i} for i in range(2000)]
+        result = await ctx.dataset("s", rows).with_column("v", resolver).run(key="i")
+        return result.completed_count
+
+    limits = trioplay.Limits(
+        max_concurrent_rows=1000, max_concurrent_external_calls=1000, tool_batch_max=BATCH
+    )
+    for run_id in ("first", "replay"):
+        store.probing = run_id == "replay"
+        async with trioplay.open_runtime(store=store, tools=registry(big=big), limits=limits) as rt:
+            assert await rt.run(play, {}, run_id=run_id) == 2000
+    assert executed == 2000  # the second run replayed them all
+    assert store.held == 0
+    one_batch = BATCH * len(
+        json.dumps({"i": "00000", "blob": "x" * PAYLOAD}, separators=(",", ":"))
+    )
+    assert one_batch // 2 < store.peak <= one_batch

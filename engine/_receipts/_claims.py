@@ -1,9 +1,15 @@
 """Claims: a batch of calls claimed in one store call, and what becomes of each outcome.
 
-Completed receipts are replayed (one hydration turn at a time); recorded
-failures raise again; receipts held by another live owner are waited on
-outside the turn; claimed ones form a cohort with one heartbeat and go to
-the executor.
+Claims take the run's **hydration turn** one batch at a time: the store's
+answer carries the payloads of completed receipts, which can parse into many
+times their size, so at most one batch's payloads are fetched and decoded at
+once. Inside the turn, completed receipts are replayed and recorded failures
+raised again; a payload that does not read back fails its callers with
+:class:`CorruptReceipt` and nothing else. Calls that turn out to be ours to
+run leave the turn before they run: they form a cohort with one heartbeat
+and go to the executor. Receipts held by another live owner are waited on
+outside the turn: each wait claims its key again every
+``receipt_wait_delay``, in the turn.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import trio
 from .._errors import CorruptReceipt, ReceiptWaitTimeout, error_from_record
 from .._json import loads
 from .._owner import owner_is_dead
-from .._records import Claimed, ClaimRequest, Held, Lease, Settled
+from .._records import Claimed, ClaimRequest, Lease, Settled
 from ._call import CLAIMED, SETTLING, _Cohort
 
 if TYPE_CHECKING:
@@ -60,7 +66,7 @@ class Claimer:
         self._execute = execute
         self._heartbeat = heartbeat
         self._release_shielded = release_shielded
-        self._hydration = trio.Lock()
+        self._turn = trio.Lock()  # the hydration turn (fair: batches take it in order)
 
     def flush(self, calls: list[_Call], spec: ToolSpec) -> None:
         """Claim a lane's batch in a task of its own."""
@@ -72,74 +78,84 @@ class Claimer:
         """Claim ``calls`` in one store call and act on each outcome.
 
         ``inline``: wait on a held receipt in this task (one call: a step or
-        a fetch, or a reclaim) rather than in a task of its own.
+        a fetch) rather than in a task of its own.
         """
-        requests = [
-            ClaimRequest(
-                key=call.key,
-                operation=call.operation,
-                name=call.name,
-                run_id=self._run_id,
-                force=call.force,
-                stale_after=call.stale_after,
-            )
-            for call in calls
-        ]
-        try:
-            outcomes = await self._claim_many(requests)
-        except Exception as exc:
-            for call in calls:
-                self._deliver(call, error=exc)
+        answer = await self._claim_in_turn(calls, [self._request(call) for call in calls])
+        if answer is None:
             return
-        await self._act(calls, outcomes, inline=inline, spec=spec)
-
-    async def _claim_many(self, requests: list[ClaimRequest]) -> list[ClaimOutcome]:
-        return await self._store.claim_many(
-            requests, owner=self._owner, lease_ttl=self._limits.lease_ttl, now=self._now()
-        )
-
-    async def _act(
-        self,
-        calls: list[_Call],
-        outcomes: list[ClaimOutcome],
-        *,
-        inline: bool,
-        spec: ToolSpec | None = None,
-    ) -> None:
-        owned, settled, held, gone = sort_outcomes(calls, outcomes)
+        owned, held, gone = answer
+        self._start(owned, spec)
         for call, receipt in held:
             if inline:
                 await self._wait_held(call, receipt)
             else:
                 self._spawn(self._wait_held, call, receipt)
-        if owned:
-            cohort = _Cohort(len(owned))
-            for call, claim in owned:
-                call.state = CLAIMED
-                call.lease_id = claim.lease_id
-                call.expires_at = claim.lease_expires_at
-                call.cohort = cohort
-            self._spawn(self._heartbeat, [call for call, _ in owned], cohort)
-            if spec is not None and spec.batch is not None:
-                size = spec.batch_max or self._limits.tool_batch_max
-                for start in range(0, len(owned), size):
-                    self._spawn(self._execute, owned[start : start + size], spec.batch)
-            else:
-                for call, claim in owned:
-                    call.claim = claim
-                    self._admit(call)  # its owner runs it (see Executor.run_owned)
-        if settled:
-            await self._hydrate(settled)
         if gone:
             await self._release_shielded(gone)
 
-    async def _hydrate(self, settled: list[tuple[_Call, Receipt]]) -> None:
-        # Stored payloads can parse into many times their size: one group at a time.
-        async with self._hydration:
-            for call, receipt in settled:
-                self._stats.replayed += 1
-                value, error = replayed(receipt)
-                self._deliver(call, value, error)
+    def _request(self, call: _Call, takeover: str | None = None) -> ClaimRequest:
+        return ClaimRequest(
+            key=call.key,
+            operation=call.operation,
+            name=call.name,
+            run_id=self._run_id,
+            force=call.force,
+            stale_after=call.stale_after,
+            takeover_lease=takeover,
+        )
+
+    async def _claim_in_turn(
+        self, calls: list[_Call], requests: list[ClaimRequest]
+    ) -> tuple[list[tuple[_Call, Claimed]], list[tuple[_Call, Receipt]], list[Lease]] | None:
+        """Claim in the hydration turn and replay what is settled; ``(owned, held, gone)``.
+
+        ``None``: the claim failed, and every call got its error. The payloads
+        of the answer are dropped on return, before anything of the batch runs.
+        """
+        async with self._turn:
+            try:
+                outcomes = await self._store.claim_many(
+                    requests,
+                    owner=self._owner,
+                    lease_ttl=self._limits.lease_ttl,
+                    now=self._now(),
+                )
+            except Exception as exc:
+                for call in calls:
+                    self._deliver(call, error=exc)
+                return None
+            owned, settled, held, gone = sort_outcomes(calls, outcomes)
+            self._replay(settled)
+        return owned, held, gone
+
+    def _replay(self, settled: list[tuple[_Call, Receipt]]) -> None:
+        deliver = self._deliver
+        for call, receipt in settled:
+            if call.state >= SETTLING:
+                continue  # its owner left while the claim was out
+            self._stats.replayed += 1
+            value, error = replayed(receipt)
+            deliver(call, value, error)
+
+    def _start(self, owned: list[tuple[_Call, Claimed]], spec: ToolSpec | None) -> None:
+        """Hand claimed calls to their owners (or native batch requests), one heartbeat for all."""
+        if not owned:
+            return
+        cohort = _Cohort(len(owned))
+        for call, claim in owned:
+            call.state = CLAIMED
+            call.lease_id = claim.lease_id
+            call.expires_at = claim.lease_expires_at
+            call.cohort = cohort
+        self._spawn(self._heartbeat, [call for call, _ in owned], cohort)
+        if spec is not None and spec.batch is not None:
+            size = spec.batch_max or self._limits.tool_batch_max
+            for start in range(0, len(owned), size):
+                self._spawn(self._execute, owned[start : start + size], spec.batch)
+        else:
+            for call, claim in owned:
+                call.claim = claim
+                self._admit(call)  # its owner runs it (see Executor.run_owned)
 
     async def _wait_held(self, call: _Call, receipt: Receipt) -> None:
         """Wait for another owner's receipt; reclaim it once its lease is gone."""
@@ -150,32 +166,24 @@ class Claimer:
         self._stats.waited += 1
         waited = 0.0
         attempt = 0
-        try:
-            while True:
-                takeover = receipt.lease_id if owner_is_dead(receipt.owner) else None
-                if takeover is None:
-                    if attempt >= attempts:
-                        break
-                    attempt += 1
-                    await trio.sleep(delay)
-                    waited += delay
-                request = ClaimRequest(
-                    key=call.key,
-                    operation=call.operation,
-                    name=call.name,
-                    run_id=self._run_id,
-                    force=call.force,
-                    stale_after=call.stale_after,
-                    takeover_lease=takeover,
-                )
-                (outcome,) = await self._claim_many([request])
-                if isinstance(outcome, Held):
-                    receipt = outcome.receipt
-                    continue
-                await self._act([call], [outcome], inline=True)
+        while True:
+            takeover = receipt.lease_id if owner_is_dead(receipt.owner) else None
+            if takeover is None:
+                if attempt >= attempts:
+                    break
+                attempt += 1
+                await trio.sleep(delay)
+                waited += delay
+            answer = await self._claim_in_turn([call], [self._request(call, takeover)])
+            if answer is None:
                 return
-        except Exception as exc:
-            self._deliver(call, error=exc)
+            owned, held, gone = answer
+            if held:
+                receipt = held[0][1]
+                continue
+            self._start(owned, None)
+            if gone:
+                await self._release_shielded(gone)
             return
         self._deliver(call, error=ReceiptWaitTimeout(call.key, waited))
 
