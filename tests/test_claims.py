@@ -250,3 +250,206 @@ async def test_a_replay_holds_at_most_one_batch_of_payloads(
         json.dumps({"i": "00000", "blob": "x" * PAYLOAD}, separators=(",", ":"))
     )
     assert one_batch // 2 < store.peak <= one_batch
+
+
+# -- point 6: batched waits, coalesced direct effects ------------------------------------------
+
+
+class CountingClaims(MemoryStore):
+    """Counts ``claim_many`` calls (store transactions) and the keys they claim."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claim_calls = 0
+        self.claimed_keys = 0
+
+    async def claim_many(self, requests: Any, **kw: Any) -> Any:
+        self.claim_calls += 1
+        self.claimed_keys += len(requests)
+        return await super().claim_many(requests, **kw)
+
+
+async def hold_elsewhere(store: MemoryStore, keys: list[str]) -> list[trioplay.Claimed]:
+    """Claim ``keys`` for another live process, for an hour."""
+    requests = [
+        trioplay.ClaimRequest(key=key, operation="tool", name="finder", run_id="x") for key in keys
+    ]
+    claims = await store.claim_many(requests, owner="elsewhere/1/1", lease_ttl=3600, now=1e6)
+    assert all(isinstance(claim, trioplay.Claimed) for claim in claims)
+    return claims  # type: ignore[return-value]
+
+
+@trioplay.play("waits")
+async def call_keys(ctx: trioplay.PlayContext, spec: dict[str, Any]) -> Any:
+    results: dict[str, Any] = {}
+
+    async def one(key: str) -> None:
+        try:
+            results[key] = await ctx.tool(
+                "finder", {"domain": key}, key=key, receipt_wait=spec["wait"]
+            )
+        except trioplay.ReceiptWaitTimeout as exc:
+            results[key] = exc.waited
+
+    async with trio.open_nursery() as nursery:
+        for key in spec["keys"]:
+            nursery.start_soon(one, key)
+    return results
+
+
+async def test_waits_on_held_receipts_poll_in_one_store_call_per_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = CountingClaims()
+    keys = [f"k{i}" for i in range(20)]
+    claims = await hold_elsewhere(store, keys)
+    store.claim_calls = 0
+    tool = CountingTool()
+
+    async def owner_finishes() -> None:
+        await trio.sleep(2.5)
+        done = [trioplay.Completion(c.key, c.lease_id, f'"done {c.key}"') for c in claims]
+        await store.complete_many(done, now=1e6)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(owner_finishes)
+        async with trioplay.open_runtime(
+            store=store, tools=registry(finder=tool), wall_clock=lambda: 1e6
+        ) as rt:
+            results = await rt.run(call_keys, {"keys": keys, "wait": 10}, run_id="r")
+    assert results == {key: f"done {key}" for key in keys}
+    assert tool.calls == 0
+    # One claim of the lane's batch, then one per poll (at 1 s, 2 s, 3 s).
+    assert store.claim_calls <= 4
+
+
+async def test_waits_that_time_out_poll_together_and_report_how_long_they_waited(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = CountingClaims()
+    keys = [f"k{i}" for i in range(20)]
+    await hold_elsewhere(store, keys)
+    store.claim_calls = 0
+    async with trioplay.open_runtime(
+        store=store, tools=registry(finder=CountingTool()), wall_clock=lambda: 1e6
+    ) as rt:
+        results = await rt.run(call_keys, {"keys": keys, "wait": 3}, run_id="r")
+    assert results == {key: pytest.approx(3) for key in keys}
+    assert store.claim_calls <= 1 + 4
+
+
+async def test_concurrent_steps_are_claimed_in_bulk(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = CountingClaims()
+    ran = 0
+
+    def work(i: int) -> Any:
+        nonlocal ran
+        ran += 1
+        return i
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        results: dict[int, Any] = {}
+
+        async def one(i: int) -> None:
+            results[i] = await ctx.step(f"s{i}", lambda: work(i))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(50):
+                nursery.start_soon(one, i)
+        return sorted(results.values())
+
+    for run_id in ("r", "r"):  # the second attempt replays the steps
+        store.claim_calls = 0
+        async with trioplay.open_runtime(store=store) as rt:
+            assert await rt.run(play, {}, run_id=run_id) == list(range(50))
+        # The first claim leaves at once; the calls made meanwhile form the next one.
+        assert store.claim_calls <= 2
+    assert ran == 50
+
+
+async def test_row_steps_of_a_map_are_claimed_in_bulk() -> None:
+    store = CountingClaims()
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.step("double", lambda: row["i"] * 2)
+
+        rows = [{"i": i} for i in range(200)]
+        return (
+            await ctx.dataset("s", rows).with_column("d", resolver).run(key="i")
+        ).completed_count
+
+    async with trioplay.open_runtime(store=store) as rt:
+        assert await rt.run(play, {}, run_id="r") == 200
+    assert store.claimed_keys == 200
+    assert store.claim_calls <= 20
+
+
+async def test_one_step_is_claimed_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    store = CountingClaims()
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        start = trio.current_time()
+        value = await ctx.step("one", lambda: 1)
+        return value, trio.current_time() - start
+
+    async with trioplay.open_runtime(store=store) as rt:
+        assert await rt.run(play, {}, run_id="r") == (1, 0)
+    assert store.claim_calls == 1
+
+
+async def test_concurrent_fetches_are_claimed_in_bulk() -> None:
+    server = LocalHttpServer()
+    store = CountingClaims()
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        # The first fetch opens the runtime's client; those made meanwhile
+        # would pass its lock one by one.
+        statuses = [(await ctx.fetch(f"http://127.0.0.1:{server.port}/first")).status]
+
+        async def one(i: int) -> None:
+            response = await ctx.fetch(f"http://127.0.0.1:{server.port}/item/{i}")
+            statuses.append(response.status)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(30):
+                nursery.start_soon(one, i)
+        return statuses
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        async with trioplay.open_runtime(store=store, allow_networks=["127.0.0.0/8"]) as rt:
+            assert await rt.run(play, {}, run_id="r") == [200] * 31
+        nursery.cancel_scope.cancel()
+    assert len(server.requests) == 31
+    assert store.claimed_keys == 31
+    assert store.claim_calls <= 1 + 2
+
+
+async def test_a_wait_whose_caller_left_is_polled_no_more(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = CountingClaims()
+    await hold_elsewhere(store, ["k1"])
+    store.claim_calls = 0
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        with trio.move_on_after(2.5):
+            await ctx.tool("finder", {}, key="k1")
+        polled = store.claim_calls
+        await trio.sleep(10)
+        return polled, store.claim_calls
+
+    async with trioplay.open_runtime(
+        store=store, tools=registry(finder=CountingTool()), wall_clock=lambda: 1e6
+    ) as rt:
+        polled, later = await rt.run(play, {}, run_id="r")
+    assert polled == 1 + 2  # the claim, then polls at 1 s and 2 s
+    assert later == polled

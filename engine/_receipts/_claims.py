@@ -8,8 +8,8 @@ raised again; a payload that does not read back fails its callers with
 :class:`CorruptReceipt` and nothing else. Calls that turn out to be ours to
 run leave the turn before they run: they form a cohort with one heartbeat
 and go to the executor. Receipts held by another live owner are waited on
-outside the turn: each wait claims its key again every
-``receipt_wait_delay``, in the turn.
+by the run's **poller**, which claims every waiting key again in one store
+call per ``receipt_wait_delay``, its sleep outside the turn.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 
 from .._errors import CorruptReceipt, ReceiptWaitTimeout, error_from_record
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
     from .._store import ReceiptStore
     from .._tools import BatchFunction, ToolSpec
     from ._call import DispatchStats, _Call
+
+
+# Poll times are sums of the interval; a wait's deadline is one product. They
+# drift apart by far less than this, which is far less than any interval.
+_EPSILON = 1e-6
 
 
 class Claimer:
@@ -67,29 +73,22 @@ class Claimer:
         self._heartbeat = heartbeat
         self._release_shielded = release_shielded
         self._turn = trio.Lock()  # the hydration turn (fair: batches take it in order)
+        self._waits: list[_Wait] = []  # calls waiting on another owner's receipt
+        self._poll_now = trio.Event()  # a takeover is due: poll without waiting the interval
+        self._polling = False
 
     def flush(self, calls: list[_Call], spec: ToolSpec) -> None:
         """Claim a lane's batch in a task of its own."""
         self._spawn(self.claim, calls, spec)
 
-    async def claim(
-        self, calls: list[_Call], spec: ToolSpec | None = None, *, inline: bool = False
-    ) -> None:
-        """Claim ``calls`` in one store call and act on each outcome.
-
-        ``inline``: wait on a held receipt in this task (one call: a step or
-        a fetch) rather than in a task of its own.
-        """
+    async def claim(self, calls: list[_Call], spec: ToolSpec | None = None) -> None:
+        """Claim ``calls`` in one store call and act on each outcome."""
         answer = await self._claim_in_turn(calls, [self._request(call) for call in calls])
         if answer is None:
             return
         owned, held, gone = answer
         self._start(owned, spec)
-        for call, receipt in held:
-            if inline:
-                await self._wait_held(call, receipt)
-            else:
-                self._spawn(self._wait_held, call, receipt)
+        self._wait(held)
         if gone:
             await self._release_shielded(gone)
 
@@ -157,35 +156,83 @@ class Claimer:
                 call.claim = claim
                 self._admit(call)  # its owner runs it (see Executor.run_owned)
 
-    async def _wait_held(self, call: _Call, receipt: Receipt) -> None:
-        """Wait for another owner's receipt; reclaim it once its lease is gone."""
-        delay = self._limits.receipt_wait_delay
-        attempts = self._limits.receipt_wait_attempts
-        if call.receipt_wait is not None:
-            attempts = max(0, math.ceil(call.receipt_wait / delay))
-        self._stats.waited += 1
-        waited = 0.0
-        attempt = 0
-        while True:
-            takeover = receipt.lease_id if owner_is_dead(receipt.owner) else None
-            if takeover is None:
-                if attempt >= attempts:
-                    break
-                attempt += 1
-                await trio.sleep(delay)
-                waited += delay
-            answer = await self._claim_in_turn([call], [self._request(call, takeover)])
-            if answer is None:
-                return
-            owned, held, gone = answer
-            if held:
-                receipt = held[0][1]
-                continue
-            self._start(owned, None)
-            if gone:
-                await self._release_shielded(gone)
+    # -- waits on other owners' receipts ------------------------------------
+    def _wait(self, held: list[tuple[_Call, Receipt]]) -> None:
+        """Leave held receipts to the poller; time out at once a call that waits for nothing."""
+        if not held:
             return
-        self._deliver(call, error=ReceiptWaitTimeout(call.key, waited))
+        delay = self._limits.receipt_wait_delay
+        now = trio.current_time()
+        for call, receipt in held:
+            if call.state >= SETTLING:
+                continue
+            self._stats.waited += 1
+            attempts = self._limits.receipt_wait_attempts
+            if call.receipt_wait is not None:
+                attempts = max(0, math.ceil(call.receipt_wait / delay))
+            wait = _Wait(call, now, now + attempts * delay)
+            if not self._learn(wait, receipt) and attempts == 0:
+                self._deliver(call, error=ReceiptWaitTimeout(call.key, 0.0))
+                continue
+            self._waits.append(wait)
+        if self._waits and not self._polling:
+            self._polling = True
+            self._spawn(self._poll)
+
+    def _learn(self, wait: _Wait, receipt: Receipt) -> bool:
+        """Note the receipt a wait found; whether its owner is dead (take it over at once)."""
+        wait.takeover = receipt.lease_id if owner_is_dead(receipt.owner) else None
+        if wait.takeover is None:
+            return False
+        self._poll_now.set()
+        return True
+
+    async def _poll(self) -> None:
+        """Claim the waiting keys again every interval while any waits: one store call per
+        ``tool_batch_max`` keys (a batch, like any claim, so the turn's bound holds)."""
+        size = self._limits.tool_batch_max
+        try:
+            while self._waits:
+                with trio.move_on_after(self._limits.receipt_wait_delay):
+                    await self._poll_now.wait()
+                self._poll_now = trio.Event()
+                waits = [wait for wait in self._waits if wait.call.state < SETTLING]
+                self._waits = []
+                for start in range(0, len(waits), size):
+                    await self._poll_once(waits[start : start + size])
+        finally:
+            self._polling = False
+
+    async def _poll_once(self, waits: list[_Wait]) -> None:
+        calls = [wait.call for wait in waits]
+        requests = [self._request(wait.call, wait.takeover) for wait in waits]
+        answer = await self._claim_in_turn(calls, requests)
+        if answer is None:
+            return
+        owned, held, gone = answer
+        now = trio.current_time()
+        by_call = {wait.call: wait for wait in waits}
+        for call, receipt in held:
+            if call.state >= SETTLING:
+                continue
+            wait = by_call[call]
+            if not self._learn(wait, receipt) and now + _EPSILON >= wait.deadline:
+                self._deliver(call, error=ReceiptWaitTimeout(call.key, now - wait.since))
+                continue
+            self._waits.append(wait)
+        self._start(owned, None)
+        if gone:
+            await self._release_shielded(gone)
+
+
+@attrs.define(eq=False)
+class _Wait:
+    """A call waiting on another owner's receipt: when it began, when it gives up."""
+
+    call: _Call
+    since: float  # trio time
+    deadline: float  # a poll at or after it that finds the receipt held times the call out
+    takeover: str | None = None  # the lease of a dead owner, to claim over
 
 
 def replayed(receipt: Receipt) -> tuple[Any, BaseException | None]:
