@@ -33,7 +33,9 @@ class Corruptible:
     def store(self) -> Any:
         return self.memory if self.kind == "memory" else f"sqlite:///{self.path}"
 
-    def corrupt(self, column: str, text: str, *, status: str, containing: str = "") -> str:
+    def corrupt(
+        self, column: str, payload: str | bytes, *, status: str, containing: str = ""
+    ) -> str:
         """Overwrite ``column`` of the one receipt with ``status`` (and text); return its key."""
         if self.kind == "memory":
             receipts = self.memory._receipts
@@ -42,7 +44,7 @@ class Corruptible:
                 for key, receipt in receipts.items()
                 if receipt.status == status and containing in (getattr(receipt, column) or "")
             ]
-            receipts[key] = attrs.evolve(receipts[key], **{column: text})  # type: ignore[arg-type]
+            receipts[key] = attrs.evolve(receipts[key], **{column: payload})  # type: ignore[arg-type]
             return key
         with sqlite3.connect(self.path) as conn:
             rows = conn.execute(
@@ -50,7 +52,7 @@ class Corruptible:
                 (status, f"%{containing}%"),
             ).fetchall()
             (key,) = [row[0] for row in rows]
-            conn.execute(f"UPDATE receipts SET {column} = ? WHERE key = ?", (text, key))
+            conn.execute(f"UPDATE receipts SET {column} = ? WHERE key = ?", (payload, key))
         conn.close()
         return str(key)
 
@@ -84,15 +86,15 @@ async def rerun_with_one_corrupt_row(store: Any, tool: CountingTool, key: str, w
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
+# Cut short; or overwritten with bytes, which SQLite keeps as a BLOB and hands back as bytes.
+@pytest.mark.parametrize("payload", ['{"email": "info@d7.exa', b"\xff\x00garbage"])
 async def test_a_corrupt_result_fails_only_the_rows_that_replay_it(
-    kind: str, tmp_path: Path
+    kind: str, payload: str | bytes, tmp_path: Path
 ) -> None:
     stores = Corruptible(kind, tmp_path)
     tool = CountingTool()
     assert (await run_fifty(stores.store, tool, "one"))[0] == 50
-    key = stores.corrupt(
-        "result_json", '{"email": "info@d7.exa', status="completed", containing="d7."
-    )
+    key = stores.corrupt("result_json", payload, status="completed", containing="d7.")
 
     await rerun_with_one_corrupt_row(stores.store, tool, key, "the stored result of tool 'finder'")
 

@@ -238,29 +238,23 @@ class _Wait:
 def replayed(receipt: Receipt) -> tuple[Any, BaseException | None]:
     """What a settled receipt replays: ``(value, None)`` or ``(None, its recorded error)``.
 
-    A payload that does not read back (not JSON, or a failure that is not a
-    JSON object) replays as :class:`CorruptReceipt`, for its callers only.
+    A payload that does not read back (not JSON text, or a failure that is
+    not a JSON object) replays as :class:`CorruptReceipt`, for its callers only.
     """
-    if receipt.status == "failed":
-        text = receipt.error_json or "{}"
-        try:
-            record = loads(text)
-        except (ValueError, RecursionError) as exc:
-            return None, CorruptReceipt(
-                receipt.key, receipt.operation, receipt.name, "failure", exc
-            )
-        if not isinstance(record, dict):
-            problem = f"a JSON object was expected, not {type(record).__name__}"
-            return None, CorruptReceipt(
-                receipt.key, receipt.operation, receipt.name, "failure", problem
-            )
-        return None, error_from_record(record)
-    if receipt.result_json is None:
+    failed = receipt.status == "failed"
+    text = (receipt.error_json or "{}") if failed else receipt.result_json
+    if text is None:
         return None, None
     try:
-        return loads(receipt.result_json), None
-    except (ValueError, RecursionError) as exc:
-        return None, CorruptReceipt(receipt.key, receipt.operation, receipt.name, "result", exc)
+        value = loads(text)  # TypeError: not text at all (a BLOB in SQLite, say)
+        if failed and not isinstance(value, dict):
+            raise ValueError(f"a JSON object was expected, not {type(value).__name__}")
+    except (TypeError, ValueError, RecursionError) as exc:
+        what = "failure" if failed else "result"
+        return None, CorruptReceipt(receipt.key, receipt.operation, receipt.name, what, exc)
+    if failed:
+        return None, error_from_record(value)
+    return value, None
 
 
 def sort_outcomes(
