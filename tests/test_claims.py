@@ -455,3 +455,39 @@ async def test_a_wait_whose_caller_left_is_polled_no_more(
         polled, later = await rt.run(play, {}, run_id="r")
     assert polled == 1 + 2  # the claim, then polls at 1 s and 2 s
     assert later == polled
+
+
+async def test_steps_cancelled_while_their_claim_waits_leave_no_receipt_running(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class SlowClaims(CountingClaims):
+        async def claim_many(self, requests: Any, **kw: Any) -> Any:
+            await trio.sleep(1.0)
+            return await super().claim_many(requests, **kw)
+
+    store = SlowClaims()
+    ran: list[int] = []
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def one(i: int) -> None:
+            await ctx.step(f"s{i}", lambda: ran.append(i))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, 0)  # its claim is out for a second
+            await trio.sleep(0.1)
+            with trio.move_on_after(0.4) as late:
+                async with trio.open_nursery() as queued:  # they wait for the next claim
+                    for i in range(1, 10):
+                        queued.start_soon(one, i)
+            assert late.cancelled_caught
+            cancelled_at = trio.current_time()
+        await trio.sleep(5)  # time for any claim still to come
+        return cancelled_at
+
+    async with trioplay.open_runtime(store=store) as rt:
+        cancelled_at = await rt.run(play, {}, run_id="r")
+    assert cancelled_at == pytest.approx(0.5)  # the cancelled callers left at once
+    assert ran == [0]
+    assert store.claimed_keys == 1  # the steps cancelled while queued were never claimed
+    assert await store.count_receipts("r") == {"completed": 1}

@@ -188,8 +188,11 @@ class Claimer:
         return True
 
     async def _poll(self) -> None:
-        """Claim the waiting keys again every interval while any waits: one store call per
-        ``tool_batch_max`` keys (a batch, like any claim, so the turn's bound holds)."""
+        """Claim the waiting keys again every interval, while any call waits.
+
+        One store call per ``tool_batch_max`` keys: a batch like any claim,
+        so the turn's bound holds.
+        """
         size = self._limits.tool_batch_max
         try:
             while self._waits:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ._call import QUEUED
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -105,5 +107,8 @@ class _EffectLane:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             while self._queue:
-                batch, self._queue = self._queue[: self._max], self._queue[self._max :]
-                await self._claim(batch)
+                # Calls whose owners left while queued need no claim.
+                queue = [call for call in self._queue if call.state is QUEUED]
+                batch, self._queue = queue[: self._max], queue[self._max :]
+                if batch:
+                    await self._claim(batch)
