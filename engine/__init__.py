@@ -7,6 +7,7 @@ checks that each one is importable from here.
 from __future__ import annotations
 
 from ._context import PlayContext as PlayContext
+from ._errors import CorruptReceipt as CorruptReceipt
 from ._errors import FetchError as FetchError
 from ._errors import FetchTimeout as FetchTimeout
 from ._errors import LeaseLost as LeaseLost

@@ -217,6 +217,30 @@ class ReceiptWaitTimeout(TrioplayError):
         self.waited = waited
 
 
+class CorruptReceipt(TrioplayError):
+    """A stored receipt's payload does not read back (not JSON, or not the shape recorded).
+
+    Only the callers of that receipt fail; the rest of the run goes on.
+    ``what`` is ``"result"`` or ``"failure"``.
+    """
+
+    code = "CORRUPT_RECEIPT"
+
+    def __init__(self, key: str, operation: str, name: str, what: str, problem: object) -> None:
+        remedy = (
+            "run the step again with stale_after=0"
+            if operation == "step"
+            else "call it with force=True to run it again"
+        )
+        super().__init__(
+            f"the stored {what} of {operation} {name!r} (receipt {key}) does not read back "
+            f"({problem}); {remedy}, which replaces the receipt"
+        )
+        self.key = key
+        self.operation = operation
+        self.name = name
+
+
 class RowOutputNotJsonSerializable(TrioplayError, TypeError):
     """A resolver returned a value that cannot be stored as JSON."""
 

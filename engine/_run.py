@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ._errors import PlayDefinitionError
+from ._errors import CorruptReceipt, PlayDefinitionError
 from ._events import RuntimeEvent, deliver
 from ._keys import fetch_receipt_key
 from ._phase import StoreCalls, current_row
@@ -126,10 +126,12 @@ class RunServices:
                     row.enter("resolver")
             return response.to_record()
 
+        name = f"{method.upper()} {fetcher.redact(url)}"
+        key = fetch_receipt_key(self.run_id, identity)
         record = await self.receipts.run_effect(
             operation="fetch",
-            name=f"{method.upper()} {fetcher.redact(url)}",
-            key=fetch_receipt_key(self.run_id, identity),
+            name=name,
+            key=key,
             execute=execute,
             kind="fetch",
             force=force,
@@ -137,4 +139,9 @@ class RunServices:
             # The fetch deadlines bound it; the tool timeout is only a backstop.
             timeout=None,
         )
-        return FetchResponse.from_record(record)
+        try:
+            return FetchResponse.from_record(record)
+        except (KeyError, TypeError, ValueError) as exc:
+            # Only a replayed record can be malformed: its stored JSON was edited.
+            problem = f"not a recorded response: {type(exc).__name__}: {exc}"
+            raise CorruptReceipt(key, "fetch", name, "result", problem) from None

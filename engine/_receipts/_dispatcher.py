@@ -14,9 +14,12 @@ The path of a tool call (each step in the module named):
    from the first call (the window never resets) or until ``tool_batch_max``
    calls / ``tool_batch_max_bytes`` arrive; the batch is claimed in one
    store call.
-4. **Outcomes** (``_claims``). Completed receipts are replayed (one
-   hydration turn at a time); recorded failures raise again; receipts held
-   by another live owner are waited on outside the turn; claimed ones
+4. **Outcomes** (``_claims``). The claim runs in the run's hydration
+   turn, one claim at a time: completed receipts are replayed (a payload
+   that does not read back is :class:`CorruptReceipt`, for its callers
+   only); recorded failures raise again; receipts held by another live
+   owner are left to the run's poller (one claim of all waiting keys per
+   interval, its sleep outside the turn); claimed ones leave the turn and
    execute.
 5. **Execution** (``_execute``, ``_leases``). The caller's own task runs its
    claimed call (a native batch request runs in a task of its own); one
@@ -28,14 +31,18 @@ The path of a tool call (each step in the module named):
    coalesces the writes of many calls into one store call. The governor
    slot, and the call's place in flight, are held until that write is done.
 
+Steps and fetches (:meth:`Dispatcher.run_effect`) come with their key;
+instead of a tool's lane (step 3), their claims go through the run's lane
+of direct effects (``_lane``: group commit, no window), then on as above.
+
 If recording a completion fails after the provider succeeded, the
 persistence latch trips (``_settler``): no further provider call starts in
 this run, and the map and the run fail with :class:`PersistenceLatchTripped`
 (:meth:`Dispatcher.raise_if_latched`).
 
 :func:`open_dispatcher` opens a dispatcher in a nursery of its own, which
-holds every task it starts (the settler, lanes, claims, heartbeats, native
-batch requests); its block is where the run's play runs.
+holds every task it starts (the settler, lanes, claims, heartbeats, the
+poller of waits, native batch requests); its block is where the run's play runs.
 
 The collaborators get the bound methods they need once, here, and never the
 dispatcher: the dependencies run ``_call <- _lane, _settler, _leases <-
@@ -52,10 +59,10 @@ from .._groups import open_nursery
 from .._json import canonical_json
 from .._keys import tool_receipt_key
 from .._phase import calling
-from ._call import SETTLING, DispatchStats, InFlight, _Call, owner_gone
+from ._call import DispatchStats, InFlight, _Call
 from ._claims import Claimer
 from ._execute import Executor
-from ._lane import _Lane
+from ._lane import _EffectLane, _Lane
 from ._leases import Leases
 from ._settler import _Settler
 
@@ -124,11 +131,11 @@ class Dispatcher:
         """``start_soon(fn, *args)``: a task in the run's nursery (the run's play runs there)."""
         self._inflight = inflight.calls
         self._follow = inflight.follow
-        self._deliver = inflight.deliver
         self._claim = claimer.claim
         self._flush = claimer.flush
         self._run_owned = executor.run_owned
         self._lanes: dict[str, _Lane] = {}
+        self._effects: _EffectLane | None = None
         self._gates: dict[str, ProviderGate] = {}
 
     def raise_if_latched(self, subject: str) -> None:
@@ -222,7 +229,11 @@ class Dispatcher:
         receipt_wait: float | None = None,
         record_failures: bool = False,
     ) -> Any:
-        """Run one effect (a step or a fetch) through its receipt, in the caller's task."""
+        """Run one effect (a step or a fetch) through its receipt, in the caller's task.
+
+        Its claim goes with those of the effects made meanwhile (the run's
+        lane of direct effects); the effect itself runs here.
+        """
         existing = self._inflight.get(key)
         if existing is not None:
             self.stats.followed += 1
@@ -242,12 +253,11 @@ class Dispatcher:
             row=calling("fetch", "fetch") if kind == "fetch" else None,
         )
         self._inflight[key] = call
-        try:
-            await self._claim([call], inline=True)
-        except BaseException:
-            if call.state < SETTLING:
-                self._deliver(call, error=owner_gone(call))
-            raise
+        effects = self._effects
+        if effects is None:
+            effects = self._effects = _EffectLane(self._claim, self._limits)
+            self._spawn(effects.run)
+        effects.submit(call)
         return await self._run_owned(call)
 
 

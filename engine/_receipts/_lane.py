@@ -1,8 +1,10 @@
-"""A tool's lane: coalesces the calls to one tool into batches, each claimed in one store call.
+"""Lanes: calls coalesced into batches, each claimed in one store call.
 
-Calls coalesce for ``tool_batch_window`` from the first call (the window
-never resets) or until ``tool_batch_max`` calls / ``tool_batch_max_bytes``
-of input arrive; then the lane hands the batch to ``flush``.
+A tool's lane (:class:`_Lane`): calls coalesce for ``tool_batch_window``
+from the first call (the window never resets) or until ``tool_batch_max``
+calls / ``tool_batch_max_bytes`` of input arrive; then the lane hands the
+batch to ``flush``. The run's lane of direct effects, steps and fetches
+(:class:`_EffectLane`), has no window: group commit.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ._call import QUEUED
+
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from .._limits import Limits
     from .._tools import ToolSpec
@@ -77,3 +81,34 @@ class _Lane:
             self._flush(self._take(), self._spec)
             if self._queue:
                 self._wakeup.set()
+
+
+class _EffectLane:
+    """Direct effects (steps and fetches), claimed in bulk by group commit.
+
+    A call made while no claim of the lane is out is claimed at once, alone
+    (no window: a lone step waits for nothing); the calls made while a claim
+    is out wait for it and leave together as the next batch (at most
+    ``tool_batch_max``), claimed in this lane's task.
+    """
+
+    def __init__(self, claim: Callable[[list[_Call]], Awaitable[None]], limits: Limits) -> None:
+        self._claim = claim
+        self._max = limits.tool_batch_max
+        self._queue: list[_Call] = []
+        self._wakeup = trio.Event()
+
+    def submit(self, call: _Call) -> None:
+        self._queue.append(call)
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            while self._queue:
+                # Calls whose owners left while queued need no claim.
+                queue = [call for call in self._queue if call.state is QUEUED]
+                batch, self._queue = queue[: self._max], queue[self._max :]
+                if batch:
+                    await self._claim(batch)
