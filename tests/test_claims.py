@@ -141,13 +141,17 @@ async def test_force_runs_a_corrupt_receipt_again_and_replaces_it() -> None:
 async def test_a_corrupt_step_receipt_says_how_to_run_the_step_again() -> None:
     store = MemoryStore()
 
+    # One run (a step's receipt is the run's), resumed with and without stale_after.
+    option: dict[str, float | None] = {"stale_after": None}
+
     @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, stale_after: float | None) -> Any:
-        return await ctx.step("started", lambda: 42, stale_after=stale_after)
+    async def play(ctx: trioplay.PlayContext, _input: None) -> Any:
+        return await ctx.step("started", lambda: 42, stale_after=option["stale_after"])
 
     async def run(stale_after: float | None = None) -> Any:
+        option["stale_after"] = stale_after
         async with trioplay.open_runtime(store=store) as rt:
-            return await rt.run(play, stale_after, run_id="r")
+            return await rt.run(play, None, run_id="r")
 
     assert await run() == 42
     (key,) = store._receipts
