@@ -15,6 +15,7 @@ from ._errors import PersistenceLatchTripped as PersistenceLatchTripped
 from ._errors import PlayDefinitionError as PlayDefinitionError
 from ._errors import PlayInputError as PlayInputError
 from ._errors import ProviderTransientError as ProviderTransientError
+from ._errors import ReceiptNotRecorded as ReceiptNotRecorded
 from ._errors import ReceiptWaitTimeout as ReceiptWaitTimeout
 from ._errors import RowOutputNotJsonSerializable as RowOutputNotJsonSerializable
 from ._errors import StoreError as StoreError

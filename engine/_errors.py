@@ -197,6 +197,22 @@ class StoreError(TrioplayError):
     code = "STORE"
 
 
+class ReceiptNotRecorded(PersistenceLatchTripped, StoreError):
+    """A call succeeded, but its receipt could not be recorded: the caller gets this, not the value.
+
+    Its row is therefore not committed as completed. It is a
+    :class:`StoreError` (the write failed; the store's own error is its
+    ``__cause__``) and a :class:`PersistenceLatchTripped` (the latch trips: no
+    further provider call starts in the run). ``key`` is the receipt key.
+    """
+
+    code = "RECEIPT_NOT_RECORDED"
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def format_error(error: BaseException) -> str:
     """One line naming the error type and its message, as stored for failed rows."""
     message = str(error)

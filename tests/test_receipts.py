@@ -251,6 +251,20 @@ async def test_lease_of_a_dead_local_process_is_taken_over_at_once(
     assert tool.calls == 1
 
 
+def finder_map(rows: int) -> Any:
+    """A play over ``rows`` domains whose one column calls ``finder``."""
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("finder", {"domain": row["domain"]})
+
+        domains = [{"domain": f"d{i}"} for i in range(rows)]
+        return await ctx.dataset("s", domains).with_column("x", resolver).run(key="domain")
+
+    return play
+
+
 class FailingCompletions(MemoryStore):
     async def complete_many(self, items: Any, *, now: float) -> list[bool]:
         raise trioplay.StoreError("memory://: complete_many: disk full")
@@ -258,17 +272,7 @@ class FailingCompletions(MemoryStore):
 
 async def test_persistence_latch_stops_further_provider_calls() -> None:
     tool = CountingTool()
-
-    @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
-            return await rc.tool("finder", {"domain": row["domain"]})
-
-        return (
-            await ctx.dataset("s", [{"domain": f"d{i}"} for i in range(500)])
-            .with_column("x", resolver)
-            .run(key="domain")
-        )
+    play = finder_map(500)
 
     with pytest.raises(trioplay.PersistenceLatchTripped, match="disk full"):
         async with trioplay.open_runtime(
@@ -282,8 +286,8 @@ async def test_persistence_latch_stops_further_provider_calls() -> None:
 
 
 async def test_a_failed_completion_fails_the_run_even_with_no_later_call() -> None:
-    # The caller has its result before the receipt is written; the run must
-    # still not report success when that write failed.
+    # The run must not report success when the write of its one completion
+    # failed.
     tool = CountingTool()
 
     @trioplay.play("p")
@@ -297,6 +301,43 @@ async def test_a_failed_completion_fails_the_run_even_with_no_later_call() -> No
     assert run is not None
     assert run.status == "failed"
     assert tool.calls == 1
+
+
+async def test_a_call_whose_completion_cannot_be_recorded_gets_the_store_error() -> None:
+    # Issue 11, point 1: the caller must not have a value its receipt does not
+    # hold. It gets an error that is both a StoreError (the write failed) and
+    # a PersistenceLatchTripped (the run stops calling providers).
+    seen: list[BaseException] = []
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        try:
+            return await ctx.tool("finder", {"domain": "a.example"})
+        except trioplay.StoreError as exc:
+            seen.append(exc)
+            raise
+
+    async with trioplay.open_runtime(
+        store=FailingCompletions(), tools=registry(finder=CountingTool())
+    ) as rt:
+        with pytest.raises(trioplay.PersistenceLatchTripped, match="disk full"):
+            await rt.run(play, {}, run_id="r")
+    (error,) = seen
+    assert isinstance(error, trioplay.PersistenceLatchTripped)
+    assert "tool 'finder'" in str(error)
+    assert "could not be recorded" in str(error)
+    assert isinstance(error.__cause__, trioplay.StoreError)
+
+
+async def test_a_row_whose_receipt_is_not_recorded_is_not_committed_as_completed() -> None:
+    # Issue 11, point 1: every completion write fails, so no row may reach
+    # the sheet as completed (a resume would skip it, its receipt "running").
+    store = FailingCompletions()
+    async with trioplay.open_runtime(store=store, tools=registry(finder=CountingTool())) as rt:
+        with pytest.raises(trioplay.PersistenceLatchTripped):
+            await rt.run(finder_map(20), {}, run_id="r")
+    assert (await store.count_rows("r", "s")).get("completed", 0) == 0
+    assert (await store.count_receipts("r")).get("completed", 0) == 0
 
 
 class SlowCompletions(MemoryStore):
@@ -318,22 +359,28 @@ async def test_an_identical_call_while_the_receipt_is_written_follows_it(
 ) -> None:
     # The first call's receipt is still being written (5 s) when the second,
     # identical call comes: it follows the first instead of finding the
-    # receipt leased and waiting receipt_wait_delay for it.
+    # receipt leased and waiting receipt_wait_delay for it, and both have
+    # their value when the write is done.
     tool = CountingTool()
     store = SlowCompletions()
+    done: dict[str, float] = {}
 
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        first = await ctx.tool("finder", {"domain": "a.example"})
-        started = trio.current_time()
-        second = await ctx.tool("finder", {"domain": "a.example"})
-        return first, second, trio.current_time() - started
+        async def call(name: str) -> None:
+            assert await ctx.tool("finder", {"domain": "a.example"}) == {"email": "info@a.example"}
+            done[name] = trio.current_time()
 
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, "first")
+            await trio.sleep(1)  # the tool has answered; its receipt is being written
+            nursery.start_soon(call, "second")
+
+    start = trio.current_time()
     async with trioplay.open_runtime(store=store, tools=registry(finder=tool)) as rt:
-        first, second, took = await rt.run(play, {}, run_id="r")
+        await rt.run(play, {}, run_id="r")
         stats = rt.last_stats
-    assert first == second == {"email": "info@a.example"}
-    assert took == 0
+    assert done["first"] == done["second"] == pytest.approx(start + 5.005)
     assert tool.calls == store.claims == 1
     assert stats is not None
     assert stats.followed == 1
@@ -363,21 +410,12 @@ class OrderedWrites(MemoryStore):
 async def test_a_row_commits_only_after_the_receipts_of_its_calls(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    # Callers have their results before the receipts are written, but a row
-    # must not reach the sheet first: after a crash, a committed row is
-    # skipped, and its receipts would stay "running" for good.
+    # A row must not reach the sheet before its receipts (the completion
+    # writes are slow here): after a crash, a committed row is skipped, and
+    # its receipts would stay "running" for good.
     store = OrderedWrites()
-
-    @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
-            return await rc.tool("finder", {"domain": row["domain"]})
-
-        rows = [{"domain": f"d{i}"} for i in range(300)]
-        return await ctx.dataset("s", rows).with_column("x", resolver).run(key="domain")
-
     async with trioplay.open_runtime(store=store, tools=registry(finder=CountingTool())) as rt:
-        result = await rt.run(play, {}, run_id="r")
+        result = await rt.run(finder_map(300), {}, run_id="r")
     assert result.completed_count == 300
     assert store.rows_written == 300
     assert store.violations == 0

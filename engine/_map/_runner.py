@@ -137,7 +137,6 @@ class _MapRun:
             max_flush=limits.writer_max_flush,
             cleanup_timeout=limits.cleanup_timeout,
             on_commit=self._on_commit,
-            before_write=services.receipts.settled_up_to_now,
         )
         self.progress_dirty = False
 

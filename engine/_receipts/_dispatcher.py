@@ -23,14 +23,17 @@ The path of a tool call (each step in the module named):
    heartbeat task per cohort of calls claimed together keeps their leases.
    The governor admits the call; it runs under its timeout with the
    provider idempotency key (retried within the claim if the tool allows
-   ``retries``). The result goes to the caller at once; its settlement
-   (complete, fail or release) goes to the settler (``_settler``), which
-   coalesces the writes of many calls into one store call. The governor
-   slot, and the call's place in flight, are held until that write is done.
+   ``retries``). Its settlement (complete, fail or release) goes to the
+   settler (``_settler``), which coalesces the writes of many calls into
+   one store call and then delivers each outcome: the caller has its value
+   only once its receipt is completed. The governor slot, and the call's
+   place in flight, are held until that write is done.
 
-If recording a completion fails after the provider succeeded, the
-persistence latch trips (``_settler``): no further provider call starts in
-this run, and the map and the run fail with :class:`PersistenceLatchTripped`
+A completion fenced off by a newer owner is delivered as
+:class:`LeaseLost`. If recording a completion fails after the provider
+succeeded, its callers get :class:`ReceiptNotRecorded` and the persistence
+latch trips (``_settler``): no further provider call starts in this run, and
+the map and the run fail with :class:`PersistenceLatchTripped`
 (:meth:`Dispatcher.raise_if_latched`).
 
 :func:`open_dispatcher` opens a dispatcher in a nursery of its own, which
@@ -90,7 +93,7 @@ class Dispatcher:
         self.stats = DispatchStats()
         inflight = InFlight()
         self._settler = settler = _Settler(
-            store, wall_clock, limits.cleanup_timeout, inflight.forget, governor.release
+            store, wall_clock, limits.cleanup_timeout, inflight.deliver, governor.release
         )
         leases = Leases(store, wall_clock, limits)
         executor = Executor(
@@ -136,16 +139,8 @@ class Dispatcher:
             raise self._settler.latch_error(subject)
 
     async def drain(self) -> None:
-        """Wait until every result delivered so far is durably settled (or failed to be)."""
+        """Wait until every settlement handed over so far is written (or failed to be)."""
         await self._settler.drain()
-
-    async def settled_up_to_now(self) -> None:
-        """Wait until the receipts of every result delivered before now are written.
-
-        The terminal-row writer waits for this before each batch, so a row
-        never commits before the receipts of the calls it used.
-        """
-        await self._settler.written_up_to_now()
 
     # -- entry points -------------------------------------------------------
     async def call_tool(

@@ -5,9 +5,10 @@ a task of its own). The governor admits the call (a call of a provider
 without limits of its own gets its slot as it is claimed, see
 :meth:`Executor.admit`); it runs under its timeout with the provider
 idempotency key, retried within the claim if the tool allows ``retries``.
-The result goes to the caller at once; its settlement (complete, fail or
-release) goes to the settler. The governor slot, and the call's place in
-flight, are held until that write is done.
+Its settlement (complete, fail or release) goes to the settler, which
+coalesces the writes of many calls and delivers each outcome once its write
+is done; the owner parks until then. The governor slot, and the call's place
+in flight, are held until that write is done.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .._json import dumps, loads
 from .._keys import idempotency_key
 from .._records import Completion, Failure, Lease
 from .._tools import ToolCall
-from ._call import LOST, SETTLING, outcome, owner_gone, park, wake
+from ._call import DELIVERED, LOST, SETTLING, outcome, owner_gone, park, wake
 from ._leases import unsettled
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from .._records import Claimed
     from .._tools import BatchFunction, FetchFunction
     from ._call import DispatchStats, Execute, _Call
-    from ._settler import _Settler
+    from ._settler import Settlement, _Settler
 
 
 class Executor:
@@ -101,6 +102,8 @@ class Executor:
                 claim = call.claim
                 assert claim is not None
                 await self.execute([(call, claim)], None)
+                if call.state is SETTLING:
+                    await park(call)  # until the settler has written it and delivers
         finally:
             lease: Lease | None = None
             if call.state < SETTLING:
@@ -261,15 +264,19 @@ class Executor:
         return error, True
 
     def _settle(self, owned: list[tuple[_Call, Claimed]], results: list[Any]) -> None:
-        """Deliver each result and hand its settlement (complete, fail or release) to the settler.
+        """Hand each result's settlement (complete, fail or release) to the settler.
 
-        The caller gets a completed result as it will replay (parsed back from
-        its JSON). Until the write is done the call stays in flight, so an
-        identical call follows it instead of finding its receipt still leased.
+        The settler delivers each outcome once its write is done (see
+        ``_settler``), so no caller has a value its receipt does not hold.
+        A completed result is delivered as it will replay (parsed back from
+        its JSON). Until then the call stays in flight, so an identical call
+        follows it instead of finding its receipt still leased.
         """
-        entries: list[tuple[Completion | Failure | Lease, _Call]] = []
+        entries: list[Settlement] = []
         for (call, claim), result in zip(owned, results, strict=True):
-            call.state = SETTLING
+            if call.state is not DELIVERED:  # a batch member whose owner left is not woken
+                call.state = SETTLING
+                call.woken = False  # its owner parks again, until the settler delivers
             if not isinstance(result, BaseException):
                 try:
                     text = dumps(result)
@@ -279,19 +286,20 @@ class Executor:
                         tool_id=call.name,
                     )
                 else:
-                    entries.append((Completion(call.key, claim.lease_id, text), call))
-                    self._deliver(call, loads(text))
+                    entries.append(
+                        (Completion(call.key, claim.lease_id, text), call, loads(text), None)
+                    )
                     continue
             error, record = self._classify(call, result)
             if record:
                 self._stats.failed_calls += 1
-                entries.append(
-                    (Failure(call.key, claim.lease_id, dumps(error_to_record(error))), call)
+                item: Failure | Lease = Failure(
+                    call.key, claim.lease_id, dumps(error_to_record(error))
                 )
             else:
                 # An unreleased lease only delays a rerun until it expires.
-                entries.append((Lease(call.key, claim.lease_id), call))
-            self._deliver(call, error=error)
+                item = Lease(call.key, claim.lease_id)
+            entries.append((item, call, None, error))
         first = owned[0][0]
         self._submit(entries, first if first.kind != "local" else None)
 
