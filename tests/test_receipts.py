@@ -419,3 +419,83 @@ async def test_a_row_commits_only_after_the_receipts_of_its_calls(
     assert result.completed_count == 300
     assert store.rows_written == 300
     assert store.violations == 0
+
+
+class Numbered:
+    """A tool that answers with how many times it ran, so results tell executions apart."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.idempotency_keys: list[str] = []
+
+    async def __call__(self, input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        self.calls += 1
+        self.idempotency_keys.append(call.idempotency_key)
+        return {"n": self.calls}
+
+
+async def test_a_forced_call_does_not_follow_an_unforced_one_in_flight() -> None:
+    # Issue 11, point 4: force=True made while an identical unforced call is
+    # in flight must call again, not follow it to the cached value; calls
+    # made after it follow the forced call and get its result.
+    tool = Numbered()
+    store = MemoryStore()
+    await call_once(store, registry(finder=tool), key="k")  # the receipt holds {"n": 1}
+    results: dict[str, Any] = {}
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def one(name: str, force: bool) -> None:
+            results[name] = await ctx.tool("finder", {"domain": "a.example"}, force=force, key="k")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "unforced", False)
+            await trio.testing.wait_all_tasks_blocked()  # in flight, in the lane
+            nursery.start_soon(one, "forced", True)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(one, "after", False)
+
+    async with trioplay.open_runtime(store=store, tools=registry(finder=tool)) as rt:
+        await rt.run(play, {}, run_id="r2")
+        stats = rt.last_stats
+    assert tool.calls == 2
+    assert results == {"unforced": {"n": 1}, "forced": {"n": 2}, "after": {"n": 2}}
+    assert tool.idempotency_keys[0] != tool.idempotency_keys[1]
+    assert stats is not None
+    assert stats.followed == 1  # "after" followed the forced call
+    (receipt,) = await store.get_many(["k"])
+    assert receipt is not None
+    assert receipt.result_json == '{"n":2}'
+
+
+async def test_a_forced_call_waits_for_an_unforced_one_executing_then_calls_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The unforced call holds a live lease (ours) while its provider works:
+    # the forced call never duplicates it, waits like any held receipt, and
+    # then calls again.
+    calls: list[float] = []
+
+    async def slow(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        calls.append(trio.current_time())
+        await trio.sleep(3)
+        return {"n": len(calls)}
+
+    results: dict[str, Any] = {}
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def one(name: str, force: bool) -> None:
+            results[name] = await ctx.tool("finder", {"domain": "a.example"}, force=force)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "unforced", False)
+            await trio.sleep(1)  # the provider works
+            nursery.start_soon(one, "forced", True)
+
+    start = trio.current_time()
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry(finder=slow)) as rt:
+        await rt.run(play, {}, run_id="r")
+    assert results == {"unforced": {"n": 1}, "forced": {"n": 2}}
+    assert len(calls) == 2
+    assert calls[1] - start >= 3  # not before the unforced call was settled

@@ -9,7 +9,8 @@ The path of a tool call (each step in the module named):
    tool id, play scope) and of the input, unless the caller gave ``key``.
 2. **Followers** (``_call.InFlight``). An identical call already in flight
    in this run is followed: the follower gets the owner's result, no second
-   claim.
+   claim. A forced call follows only a forced one; it claims with force
+   itself, and identical calls made after it follow it.
 3. **Lane** (``_lane``). Calls to one tool coalesce for ``tool_batch_window``
    from the first call (the window never resets) or until ``tool_batch_max``
    calls / ``tool_batch_max_bytes`` arrive; the batch is claimed in one
@@ -165,7 +166,8 @@ class Dispatcher:
         if key is None:
             key = tool_receipt_key(tool_id, text, scope)
         existing = self._inflight.get(key)
-        if existing is not None:
+        # A forced call follows only a forced one: it must not take a cached value.
+        if existing is not None and (existing.force or not force):
             self.stats.followed += 1
             return await self._follow(existing)
         gate = self._gates.get(spec.provider)
@@ -213,7 +215,7 @@ class Dispatcher:
     ) -> Any:
         """Run one effect (a step or a fetch) through its receipt, in the caller's task."""
         existing = self._inflight.get(key)
-        if existing is not None:
+        if existing is not None and (existing.force or not force):
             self.stats.followed += 1
             return await self._follow(existing)
         call = _Call(
