@@ -18,6 +18,7 @@ from ._errors import ProviderTransientError as ProviderTransientError
 from ._errors import ReceiptNotRecorded as ReceiptNotRecorded
 from ._errors import ReceiptWaitTimeout as ReceiptWaitTimeout
 from ._errors import RowOutputNotJsonSerializable as RowOutputNotJsonSerializable
+from ._errors import RunEnded as RunEnded
 from ._errors import StoreError as StoreError
 from ._errors import ToolExecutionError as ToolExecutionError
 from ._errors import ToolTimeout as ToolTimeout

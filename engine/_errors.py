@@ -213,6 +213,23 @@ class ReceiptNotRecorded(PersistenceLatchTripped, StoreError):
         self.key = key
 
 
+class RunEnded(TrioplayError, RuntimeError):
+    """A context (``ctx``, ``rc``) was used after the run it belongs to ended.
+
+    Tools, steps, fetches and datasets work only while their run runs: keep
+    calls inside the play (or its resolvers) instead of keeping the context.
+    """
+
+    code = "RUN_ENDED"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"run {run_id!r} has ended: this context belongs to a run that ended, so it can "
+            "call no tool, step or fetch; make the call inside the play while it runs"
+        )
+        self.run_id = run_id
+
+
 def format_error(error: BaseException) -> str:
     """One line naming the error type and its message, as stored for failed rows."""
     message = str(error)

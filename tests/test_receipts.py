@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -499,3 +500,45 @@ async def test_a_forced_call_waits_for_an_unforced_one_executing_then_calls_agai
     assert results == {"unforced": {"n": 1}, "forced": {"n": 2}}
     assert len(calls) == 2
     assert calls[1] - start >= 3  # not before the unforced call was settled
+
+
+async def test_a_context_kept_after_its_run_ended_raises_run_ended_at_once() -> None:
+    # Issue 11, point 10: a context (or a resolver's row context) used after
+    # its run ended hung, or raised a raw Trio error; it raises RunEnded at
+    # once, and the store is not touched.
+    kept: dict[str, Any] = {}
+
+    async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+        kept["rc"] = rc
+        return await rc.tool("finder", {"domain": row["domain"]})
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        kept["ctx"] = ctx
+        await ctx.tool("finder", {"domain": "a.example"})
+        await ctx.step("s", lambda: 1)
+        await ctx.dataset("d", [{"domain": "b.example"}]).with_column("x", resolver).run()
+
+    async with trioplay.open_runtime(
+        store=MemoryStore(), tools=registry(finder=CountingTool(), other=CountingTool())
+    ) as rt:
+        await rt.run(play, {}, run_id="r")
+        ctx, rc = kept["ctx"], kept["rc"]
+        late: list[Callable[[], Awaitable[Any]]] = [
+            lambda: ctx.tool("finder", {"domain": "a.example"}),  # a lane the run used
+            lambda: ctx.tool("finder", {"domain": "new.example"}),
+            lambda: ctx.tool("other", {"domain": "a.example"}),  # a tool the run never called
+            lambda: ctx.step("s2", lambda: 2),
+            lambda: ctx.fetch("https://example.invalid/"),
+            lambda: rc.tool("finder", {"domain": "c.example"}),
+            lambda: rc.step("s3", lambda: 3),
+            lambda: rc.fetch("https://example.invalid/"),
+            lambda: ctx.dataset("d2", [{"domain": "d.example"}]).with_column("x", resolver).run(),
+        ]
+        receipts = await rt.store.count_receipts("r")
+        for call in late:
+            with trio.fail_after(1), pytest.raises(trioplay.RunEnded, match="run 'r' has ended"):
+                await call()
+        assert await rt.store.count_receipts("r") == receipts
+        assert await rt.store.list_datasets("r") == ["d"]
+    assert issubclass(trioplay.RunEnded, RuntimeError)

@@ -39,7 +39,8 @@ the map and the run fail with :class:`PersistenceLatchTripped`
 
 :func:`open_dispatcher` opens a dispatcher in a nursery of its own, which
 holds every task it starts (the settler, lanes, claims, heartbeats, native
-batch requests); its block is where the run's play runs.
+batch requests); its block is where the run's play runs. A call made after
+the block is left raises :class:`RunEnded`.
 
 The collaborators get the bound methods they need once, here, and never the
 dispatcher: the dependencies run ``_call <- _lane, _settler, _leases <-
@@ -51,7 +52,7 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from .._errors import PlayDefinitionError
+from .._errors import PlayDefinitionError, RunEnded
 from .._groups import open_nursery
 from .._json import canonical_json
 from .._keys import tool_receipt_key
@@ -92,6 +93,8 @@ class Dispatcher:
         fetch: FetchFunction | None,
     ) -> None:
         self.stats = DispatchStats()
+        self.run_id = run_id
+        self.ended = False  # set when open_dispatcher's block is left: calls raise RunEnded
         inflight = InFlight()
         self._settler = settler = _Settler(
             store, wall_clock, limits.cleanup_timeout, inflight.deliver, governor.release
@@ -139,6 +142,11 @@ class Dispatcher:
         if self._settler.latch is not None:
             raise self._settler.latch_error(subject)
 
+    def raise_if_ended(self) -> None:
+        """Refuse a call made after the run ended (a context kept past its run)."""
+        if self.ended:
+            raise RunEnded(self.run_id)
+
     async def drain(self) -> None:
         """Wait until every settlement handed over so far is written (or failed to be)."""
         await self._settler.drain()
@@ -156,6 +164,8 @@ class Dispatcher:
         receipt_wait: float | None = None,
         key: str | None = None,
     ) -> Any:
+        if self.ended:  # raise_if_ended, inline: a frame less per call
+            raise RunEnded(self.run_id)
         spec = self._tools.get(tool_id)
         try:
             text = canonical_json(input)
@@ -214,6 +224,7 @@ class Dispatcher:
         record_failures: bool = False,
     ) -> Any:
         """Run one effect (a step or a fetch) through its receipt, in the caller's task."""
+        self.raise_if_ended()
         existing = self._inflight.get(key)
         if existing is not None and (existing.force or not force):
             self.stats.followed += 1
@@ -262,7 +273,8 @@ async def open_dispatcher(
     fails with :class:`PersistenceLatchTripped` if a completion could not
     be, and then stops the lanes and heartbeats. Leaving it with an error
     (or cancelled) cancels them; the settler gives the settlements still
-    pending one bounded, shielded try (``cleanup_timeout``).
+    pending one bounded, shielded try (``cleanup_timeout``). Either way,
+    from then on every call through the dispatcher raises :class:`RunEnded`.
     """
     async with open_nursery() as nursery:
         dispatcher = Dispatcher(
@@ -277,7 +289,10 @@ async def open_dispatcher(
             fetch=fetch,
         )
         await nursery.start(dispatcher._settler.run)
-        yield dispatcher
+        try:
+            yield dispatcher
+        finally:
+            dispatcher.ended = True
         await dispatcher.drain()
         dispatcher.raise_if_latched(f"run {run_id}")
         nursery.cancel_scope.cancel()
