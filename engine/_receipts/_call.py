@@ -130,18 +130,21 @@ class _Cohort:
 
 
 # -- the turn -----------------------------------------------------------------
-async def park(call: _Call) -> None:
-    """Park the owner until its call is delivered or is its to run (see :func:`wake`)."""
+def park(call: _Call) -> Awaitable[object]:
+    """``await park(call)``: park the owner until its call is delivered or is its to run.
+
+    A plain function returning Trio's own awaitable, so a parked owner's
+    stack is a frame shorter each time it is resumed (see :func:`wake`).
+    """
     if call.woken:
-        await trio.lowlevel.checkpoint()
-        return
+        return trio.lowlevel.checkpoint()  # noqa: ASYNC105 (awaited by the caller)
 
     def abort(_: object) -> trio.lowlevel.Abort:
         call.owner = None
         return trio.lowlevel.Abort.SUCCEEDED
 
     call.owner = trio.lowlevel.current_task()
-    await trio.lowlevel.wait_task_rescheduled(abort)
+    return trio.lowlevel.wait_task_rescheduled(abort)  # noqa: ASYNC105 (awaited by the caller)
 
 
 def wake(call: _Call) -> None:
@@ -171,11 +174,16 @@ class InFlight:
         """Hand ``call``'s result (or error) to its owner, its followers and its cohort."""
         call.value = value
         call.error = error
-        self.forget(call)
+        calls = self.calls  # forget and wake, inline: two frames less per call
+        if calls.get(call.key) is call:
+            del calls[call.key]
         call.state = DELIVERED
         if call.followers is not None:
             call.followers.set()
-        wake(call)
+        call.woken = True
+        owner, call.owner = call.owner, None
+        if owner is not None:
+            trio.lowlevel.reschedule(owner)
         cohort = call.cohort
         if cohort is not None:
             cohort.remaining -= 1

@@ -32,7 +32,7 @@ from .._json import dumps, loads
 from .._keys import idempotency_key
 from .._records import Completion, Failure, Lease
 from .._tools import ToolCall
-from ._call import DELIVERED, LOST, SETTLING, outcome, owner_gone, park, wake
+from ._call import DELIVERED, LOST, SETTLING, owner_gone, park, wake
 from ._leases import unsettled
 
 if TYPE_CHECKING:
@@ -118,7 +118,9 @@ class Executor:
                 call.row.called()
             if lease is not None:
                 await self._release_shielded([lease])
-        return outcome(call)
+        if call.error is not None:  # outcome(call), inline: a frame less per call
+            raise call.error
+        return call.value
 
     # -- execution ----------------------------------------------------------
     async def execute(
@@ -189,17 +191,26 @@ class Executor:
                 return None
         timeout = first.timeout if first.timeout is not None else self._tool_timeout
         deadline = trio.current_time() + timeout
-        tool_calls = [
-            ToolCall(
-                tool_id=call.name,
-                idempotency_key=idempotency_key(call.key, claim.lease_id if call.force else None),
-                attempt=claim.attempt + retry,
-                deadline=deadline,
-                fetch=self._fetch,
+        tool_calls: list[ToolCall] = []
+        for call, claim in owned:  # a loop, not a comprehension: no frame of its own
+            tool_calls.append(
+                ToolCall(
+                    tool_id=call.name,
+                    idempotency_key=idempotency_key(
+                        call.key, claim.lease_id if call.force else None
+                    ),
+                    attempt=claim.attempt + retry,
+                    deadline=deadline,
+                    fetch=self._fetch,
+                )
             )
-            for call, claim in owned
-        ]
-        self._count_start(first, len(owned))
+        stats = self._stats
+        if first.kind == "provider":
+            stats.provider_calls += len(owned)
+        elif first.kind == "fetch":
+            stats.fetches += len(owned)
+        else:
+            stats.steps_run += len(owned)
         results: list[Any]
         scope = trio.CancelScope(deadline=deadline)
         for call, _ in owned:
@@ -302,15 +313,6 @@ class Executor:
             entries.append((item, call, None, error))
         first = owned[0][0]
         self._submit(entries, first if first.kind != "local" else None)
-
-    def _count_start(self, call: _Call, n: int) -> None:
-        stats = self._stats
-        if call.kind == "provider":
-            stats.provider_calls += n
-        elif call.kind == "fetch":
-            stats.fetches += n
-        else:
-            stats.steps_run += n
 
 
 def _granted(call: _Call, slot: bool = True) -> bool:

@@ -86,8 +86,11 @@ class _Settler:
     def submit(self, entries: list[Settlement], borrower: _Call | None) -> None:
         """Queue ``entries`` for the next write; the governor slot of ``borrower``
         (the executed call, if it took one) is released once all are written."""
-        group = _Group(len(entries), borrower)
-        self._pending += [(item, call, value, error, group) for item, call, value, error in entries]
+        # One call (the common case) needs no group: its borrower is released with it.
+        group = _Group(len(entries), borrower) if len(entries) > 1 else borrower
+        pending = self._pending
+        for item, call, value, error in entries:  # a loop: a comprehension is a frame
+            pending.append((item, call, value, error, group))
         self._submitted += len(entries)
         self._wakeup.set()
 
@@ -172,9 +175,12 @@ class _Settler:
                 error = _taken_over(call)
         if call.state is SETTLING:  # not if its owner left meanwhile (a native batch)
             self._deliver(call, value, error)
-        group.remaining -= 1
-        if group.remaining == 0 and group.borrower is not None:
-            self._release(group.borrower.gate, group.borrower)
+        if isinstance(group, _Group):
+            group.remaining -= 1
+            if group.remaining == 0 and group.borrower is not None:
+                self._release(group.borrower.gate, group.borrower)
+        elif group is not None:
+            self._release(group.gate, group)
 
     def _unrecorded(self, call: _Call, outcome: BaseException | None) -> ReceiptNotRecorded:
         """The error of a call whose result was not recorded (a failed write trips the latch)."""
@@ -226,4 +232,8 @@ class _Group:
         self.borrower = borrower
 
 
-_Entry = tuple[Completion | Failure | Lease, _Call, Any, BaseException | None, _Group]
+# The last field: the group of the entry's execution, or for an execution of
+# one call, the call whose governor slot its write releases (None: no slot).
+_Entry = tuple[
+    Completion | Failure | Lease, _Call, Any, BaseException | None, "_Group | _Call | None"
+]
