@@ -65,7 +65,7 @@ from ._leases import Leases
 from ._settler import _Settler
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     import trio
 
@@ -152,7 +152,7 @@ class Dispatcher:
         await self._settler.drain()
 
     # -- entry points -------------------------------------------------------
-    async def call_tool(
+    def call_tool(
         self,
         tool_id: str,
         input: Any,
@@ -163,7 +163,14 @@ class Dispatcher:
         timeout: float | None = None,
         receipt_wait: float | None = None,
         key: str | None = None,
-    ) -> Any:
+    ) -> Awaitable[Any]:
+        """Make a tool call and return the awaitable of its outcome; await it at once.
+
+        A plain function: its part that does not wait runs now, and the
+        caller awaits the owner's (or the followed call's) coroutine itself,
+        so a parked caller's stack is a frame shorter each time it is
+        resumed, twice per executed call.
+        """
         if self.ended:  # raise_if_ended, inline: a frame less per call
             raise RunEnded(self.run_id)
         spec = self._tools.get(tool_id)
@@ -179,7 +186,7 @@ class Dispatcher:
         # A forced call follows only a forced one: it must not take a cached value.
         if existing is not None and (existing.force or not force):
             self.stats.followed += 1
-            return await self._follow(existing)
+            return self._follow(existing)
         gate = self._gates.get(spec.provider)
         if gate is None:
             gate = self._gates[spec.provider] = self._governor.gate(
@@ -207,7 +214,7 @@ class Dispatcher:
             lane = self._lanes[tool_id] = _Lane(self._flush, spec, self._limits)
             self._spawn(lane.run)
         lane.submit(call)
-        return await self._run_owned(call)
+        return self._run_owned(call)
 
     async def run_effect(
         self,

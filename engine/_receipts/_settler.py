@@ -141,7 +141,8 @@ class _Settler:
             store.fail_many,
             store.release_many,
         )
-        for write, entries in zip(writes, kinds.values(), strict=True):
+        lists = list(kinds.values())
+        for index, (write, entries) in enumerate(zip(writes, lists, strict=True)):
             if not entries:
                 continue
             outcomes: list[bool | BaseException]
@@ -149,8 +150,7 @@ class _Settler:
                 outcomes = list(await write([entry[0] for entry in entries], now=self._now()))
             except Exception as exc:
                 outcomes = [exc] * len(entries)
-            written = {id(entry) for entry in entries}
-            batch[:] = [entry for entry in batch if id(entry) not in written]
+            batch[:] = [entry for later in lists[index + 1 :] for entry in later]
             for entry, outcome in zip(entries, outcomes, strict=True):
                 self._settled(entry, outcome)
 
