@@ -16,8 +16,10 @@ from ._errors import PersistenceLatchTripped as PersistenceLatchTripped
 from ._errors import PlayDefinitionError as PlayDefinitionError
 from ._errors import PlayInputError as PlayInputError
 from ._errors import ProviderTransientError as ProviderTransientError
+from ._errors import ReceiptNotRecorded as ReceiptNotRecorded
 from ._errors import ReceiptWaitTimeout as ReceiptWaitTimeout
 from ._errors import RowOutputNotJsonSerializable as RowOutputNotJsonSerializable
+from ._errors import RunEnded as RunEnded
 from ._errors import RunIdConflict as RunIdConflict
 from ._errors import StoreError as StoreError
 from ._errors import ToolExecutionError as ToolExecutionError

@@ -44,10 +44,14 @@ class DurableEffects:
         ``receipt_wait`` (s) bounds waiting on another owner; ``key`` replaces
         the content-addressed receipt key.
 
-        Raises :class:`UnknownToolError`, :class:`ToolExecutionError` (also
+        The value is returned once its receipt is recorded. Raises
+        :class:`UnknownToolError`, :class:`ToolExecutionError` (also
         replayed from a recorded failure), :class:`ProviderTransientError`,
-        :class:`ReceiptWaitTimeout`, :class:`LeaseLost`,
-        :class:`PersistenceLatchTripped`.
+        :class:`ReceiptWaitTimeout`, :class:`LeaseLost` (also when another
+        owner took the lease over before the result was recorded),
+        :class:`ReceiptNotRecorded` (the result could not be recorded),
+        :class:`PersistenceLatchTripped`, :class:`RunEnded` (the context's
+        run has ended).
         """
         services = self._services
         return await services.receipts.call_tool(

@@ -292,6 +292,39 @@ class StoreError(TrioplayError):
         self.outcome_unknown = outcome_unknown
 
 
+class ReceiptNotRecorded(PersistenceLatchTripped, StoreError):
+    """A call succeeded, but its receipt could not be recorded: the caller gets this, not the value.
+
+    Its row is therefore not committed as completed. It is a
+    :class:`StoreError` (the write failed; the store's own error is its
+    ``__cause__``) and a :class:`PersistenceLatchTripped` (the latch trips: no
+    further provider call starts in the run). ``key`` is the receipt key.
+    """
+
+    code = "RECEIPT_NOT_RECORDED"
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class RunEnded(TrioplayError, RuntimeError):
+    """A context (``ctx``, ``rc``) was used after the run it belongs to ended.
+
+    Tools, steps, fetches and datasets work only while their run runs: keep
+    calls inside the play (or its resolvers) instead of keeping the context.
+    """
+
+    code = "RUN_ENDED"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"run {run_id!r} has ended: this context belongs to a run that ended, so it can "
+            "call no tool, step or fetch; make the call inside the play while it runs"
+        )
+        self.run_id = run_id
+
+
 def format_error(error: BaseException) -> str:
     """One line naming the error type and its message, as stored for failed rows."""
     message = str(error)

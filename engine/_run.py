@@ -101,6 +101,7 @@ class RunServices:
         """A recorded HTTP request (``ctx.fetch`` and ``rc.fetch``)."""
         from ._fetch import FetchResponse
 
+        self.receipts.raise_if_ended()  # before the runtime's client is opened for nothing
         fetcher = await self.fetcher()
         identity = fetcher.request_identity(
             url, method=method, headers=headers, json=json, content=content, auth=auth

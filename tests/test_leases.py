@@ -148,3 +148,71 @@ async def test_no_provider_call_after_the_lease_is_known_expired(
     # when it gets it, without calling the provider.
     assert len(calls) == 1
     assert sorted(lost) == [0, 1]
+
+
+class SilentHeartbeats(MemoryStore):
+    """Heartbeats do not get through (the store does not answer them)."""
+
+    async def heartbeat_many(self, leases: Any, **kw: Any) -> list[float | None]:
+        raise trioplay.StoreError("memory://: heartbeat_many: no answer")
+
+
+@pytest.mark.deadline(5000)
+async def test_a_caller_whose_lease_was_taken_over_gets_lease_lost(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Issue 11, point 2: our heartbeats fail, the lease expires, another owner
+    # claims the key and records its own result while our provider still
+    # works. Our completion is fenced off: the caller (and its follower) must
+    # get LeaseLost, never the value the receipt does not hold.
+    store = SilentHeartbeats()
+    outcomes: list[Any] = []
+
+    async def slow(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep(30)  # three lease lifetimes
+        return {"by": "us"}
+
+    async def other_owner_takes_over() -> None:
+        await trio.sleep(TTL + 1)  # our lease has expired, unrenewed
+        (claim,) = await store.claim_many(
+            [trioplay.ClaimRequest(key="k", operation="tool", name="t", run_id="other")],
+            owner="elsewhere/1/1",
+            lease_ttl=TTL,
+            now=trio.current_time(),
+        )
+        assert isinstance(claim, trioplay.Claimed)
+        (done,) = await store.complete_many(
+            [trioplay.Completion("k", claim.lease_id, '{"by":"them"}')], now=trio.current_time()
+        )
+        assert done
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def one() -> None:
+            try:
+                outcomes.append(await ctx.tool("t", {"x": 1}, key="k"))
+            except trioplay.LeaseLost as exc:
+                outcomes.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one)
+            await trio.sleep(1)
+            nursery.start_soon(one)  # follows the first
+
+    async with (
+        trioplay.open_runtime(
+            store=store,
+            tools=registry(t=slow),
+            limits=trioplay.Limits(lease_ttl=TTL),
+            wall_clock=trio.current_time,
+        ) as rt,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(other_owner_takes_over)
+        await rt.run(play, {}, run_id="r")
+    assert len(outcomes) == 2
+    assert all(isinstance(outcome, trioplay.LeaseLost) for outcome in outcomes), outcomes
+    assert "taken over" in str(outcomes[0])
+    (receipt,) = await store.get_many(["k"])
+    assert receipt is not None
+    assert receipt.result_json == '{"by":"them"}'

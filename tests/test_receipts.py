@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -251,6 +252,20 @@ async def test_lease_of_a_dead_local_process_is_taken_over_at_once(
     assert tool.calls == 1
 
 
+def finder_map(rows: int) -> Any:
+    """A play over ``rows`` domains whose one column calls ``finder``."""
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("finder", {"domain": row["domain"]})
+
+        domains = [{"domain": f"d{i}"} for i in range(rows)]
+        return await ctx.dataset("s", domains).with_column("x", resolver).run(key="domain")
+
+    return play
+
+
 class FailingCompletions(MemoryStore):
     async def complete_many(self, items: Any, *, now: float) -> list[bool]:
         raise trioplay.StoreError("memory://: complete_many: disk full")
@@ -258,17 +273,7 @@ class FailingCompletions(MemoryStore):
 
 async def test_persistence_latch_stops_further_provider_calls() -> None:
     tool = CountingTool()
-
-    @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
-            return await rc.tool("finder", {"domain": row["domain"]})
-
-        return (
-            await ctx.dataset("s", [{"domain": f"d{i}"} for i in range(500)])
-            .with_column("x", resolver)
-            .run(key="domain")
-        )
+    play = finder_map(500)
 
     with pytest.raises(trioplay.PersistenceLatchTripped, match="disk full"):
         async with trioplay.open_runtime(
@@ -282,8 +287,8 @@ async def test_persistence_latch_stops_further_provider_calls() -> None:
 
 
 async def test_a_failed_completion_fails_the_run_even_with_no_later_call() -> None:
-    # The caller has its result before the receipt is written; the run must
-    # still not report success when that write failed.
+    # The run must not report success when the write of its one completion
+    # failed.
     tool = CountingTool()
 
     @trioplay.play("p")
@@ -297,6 +302,43 @@ async def test_a_failed_completion_fails_the_run_even_with_no_later_call() -> No
     assert run is not None
     assert run.status == "failed"
     assert tool.calls == 1
+
+
+async def test_a_call_whose_completion_cannot_be_recorded_gets_the_store_error() -> None:
+    # Issue 11, point 1: the caller must not have a value its receipt does not
+    # hold. It gets an error that is both a StoreError (the write failed) and
+    # a PersistenceLatchTripped (the run stops calling providers).
+    seen: list[BaseException] = []
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        try:
+            return await ctx.tool("finder", {"domain": "a.example"})
+        except trioplay.StoreError as exc:
+            seen.append(exc)
+            raise
+
+    async with trioplay.open_runtime(
+        store=FailingCompletions(), tools=registry(finder=CountingTool())
+    ) as rt:
+        with pytest.raises(trioplay.PersistenceLatchTripped, match="disk full"):
+            await rt.run(play, {}, run_id="r")
+    (error,) = seen
+    assert isinstance(error, trioplay.PersistenceLatchTripped)
+    assert "tool 'finder'" in str(error)
+    assert "could not be recorded" in str(error)
+    assert isinstance(error.__cause__, trioplay.StoreError)
+
+
+async def test_a_row_whose_receipt_is_not_recorded_is_not_committed_as_completed() -> None:
+    # Issue 11, point 1: every completion write fails, so no row may reach
+    # the sheet as completed (a resume would skip it, its receipt "running").
+    store = FailingCompletions()
+    async with trioplay.open_runtime(store=store, tools=registry(finder=CountingTool())) as rt:
+        with pytest.raises(trioplay.PersistenceLatchTripped):
+            await rt.run(finder_map(20), {}, run_id="r")
+    assert (await store.count_rows("r", "s")).get("completed", 0) == 0
+    assert (await store.count_receipts("r")).get("completed", 0) == 0
 
 
 class SlowCompletions(MemoryStore):
@@ -318,22 +360,28 @@ async def test_an_identical_call_while_the_receipt_is_written_follows_it(
 ) -> None:
     # The first call's receipt is still being written (5 s) when the second,
     # identical call comes: it follows the first instead of finding the
-    # receipt leased and waiting receipt_wait_delay for it.
+    # receipt leased and waiting receipt_wait_delay for it, and both have
+    # their value when the write is done.
     tool = CountingTool()
     store = SlowCompletions()
+    done: dict[str, float] = {}
 
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        first = await ctx.tool("finder", {"domain": "a.example"})
-        started = trio.current_time()
-        second = await ctx.tool("finder", {"domain": "a.example"})
-        return first, second, trio.current_time() - started
+        async def call(name: str) -> None:
+            assert await ctx.tool("finder", {"domain": "a.example"}) == {"email": "info@a.example"}
+            done[name] = trio.current_time()
 
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, "first")
+            await trio.sleep(1)  # the tool has answered; its receipt is being written
+            nursery.start_soon(call, "second")
+
+    start = trio.current_time()
     async with trioplay.open_runtime(store=store, tools=registry(finder=tool)) as rt:
-        first, second, took = await rt.run(play, {}, run_id="r")
+        await rt.run(play, {}, run_id="r")
         stats = rt.last_stats
-    assert first == second == {"email": "info@a.example"}
-    assert took == 0
+    assert done["first"] == done["second"] == pytest.approx(start + 5.005)
     assert tool.calls == store.claims == 1
     assert stats is not None
     assert stats.followed == 1
@@ -363,21 +411,134 @@ class OrderedWrites(MemoryStore):
 async def test_a_row_commits_only_after_the_receipts_of_its_calls(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    # Callers have their results before the receipts are written, but a row
-    # must not reach the sheet first: after a crash, a committed row is
-    # skipped, and its receipts would stay "running" for good.
+    # A row must not reach the sheet before its receipts (the completion
+    # writes are slow here): after a crash, a committed row is skipped, and
+    # its receipts would stay "running" for good.
     store = OrderedWrites()
-
-    @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
-            return await rc.tool("finder", {"domain": row["domain"]})
-
-        rows = [{"domain": f"d{i}"} for i in range(300)]
-        return await ctx.dataset("s", rows).with_column("x", resolver).run(key="domain")
-
     async with trioplay.open_runtime(store=store, tools=registry(finder=CountingTool())) as rt:
-        result = await rt.run(play, {}, run_id="r")
+        result = await rt.run(finder_map(300), {}, run_id="r")
     assert result.completed_count == 300
     assert store.rows_written == 300
     assert store.violations == 0
+
+
+class Numbered:
+    """A tool that answers with how many times it ran, so results tell executions apart."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.idempotency_keys: list[str] = []
+
+    async def __call__(self, input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        self.calls += 1
+        self.idempotency_keys.append(call.idempotency_key)
+        return {"n": self.calls}
+
+
+async def test_a_forced_call_does_not_follow_an_unforced_one_in_flight() -> None:
+    # Issue 11, point 4: force=True made while an identical unforced call is
+    # in flight must call again, not follow it to the cached value; calls
+    # made after it follow the forced call and get its result.
+    tool = Numbered()
+    store = MemoryStore()
+    await call_once(store, registry(finder=tool), key="k")  # the receipt holds {"n": 1}
+    results: dict[str, Any] = {}
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def one(name: str, force: bool) -> None:
+            results[name] = await ctx.tool("finder", {"domain": "a.example"}, force=force, key="k")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "unforced", False)
+            await trio.testing.wait_all_tasks_blocked()  # in flight, in the lane
+            nursery.start_soon(one, "forced", True)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(one, "after", False)
+
+    async with trioplay.open_runtime(store=store, tools=registry(finder=tool)) as rt:
+        await rt.run(play, {}, run_id="r2")
+        stats = rt.last_stats
+    assert tool.calls == 2
+    assert results == {"unforced": {"n": 1}, "forced": {"n": 2}, "after": {"n": 2}}
+    assert tool.idempotency_keys[0] != tool.idempotency_keys[1]
+    assert stats is not None
+    assert stats.followed == 1  # "after" followed the forced call
+    (receipt,) = await store.get_many(["k"])
+    assert receipt is not None
+    assert receipt.result_json == '{"n":2}'
+
+
+async def test_a_forced_call_waits_for_an_unforced_one_executing_then_calls_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The unforced call holds a live lease (ours) while its provider works:
+    # the forced call never duplicates it, waits like any held receipt, and
+    # then calls again.
+    calls: list[float] = []
+
+    async def slow(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        calls.append(trio.current_time())
+        await trio.sleep(3)
+        return {"n": len(calls)}
+
+    results: dict[str, Any] = {}
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def one(name: str, force: bool) -> None:
+            results[name] = await ctx.tool("finder", {"domain": "a.example"}, force=force)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "unforced", False)
+            await trio.sleep(1)  # the provider works
+            nursery.start_soon(one, "forced", True)
+
+    start = trio.current_time()
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry(finder=slow)) as rt:
+        await rt.run(play, {}, run_id="r")
+    assert results == {"unforced": {"n": 1}, "forced": {"n": 2}}
+    assert len(calls) == 2
+    assert calls[1] - start >= 3  # not before the unforced call was settled
+
+
+async def test_a_context_kept_after_its_run_ended_raises_run_ended_at_once() -> None:
+    # Issue 11, point 10: a context (or a resolver's row context) used after
+    # its run ended hung, or raised a raw Trio error; it raises RunEnded at
+    # once, and the store is not touched.
+    kept: dict[str, Any] = {}
+
+    async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+        kept["rc"] = rc
+        return await rc.tool("finder", {"domain": row["domain"]})
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        kept["ctx"] = ctx
+        await ctx.tool("finder", {"domain": "a.example"})
+        await ctx.step("s", lambda: 1)
+        await ctx.dataset("d", [{"domain": "b.example"}]).with_column("x", resolver).run()
+
+    async with trioplay.open_runtime(
+        store=MemoryStore(), tools=registry(finder=CountingTool(), other=CountingTool())
+    ) as rt:
+        await rt.run(play, {}, run_id="r")
+        ctx, rc = kept["ctx"], kept["rc"]
+        late: list[Callable[[], Awaitable[Any]]] = [
+            lambda: ctx.tool("finder", {"domain": "a.example"}),  # a lane the run used
+            lambda: ctx.tool("finder", {"domain": "new.example"}),
+            lambda: ctx.tool("other", {"domain": "a.example"}),  # a tool the run never called
+            lambda: ctx.step("s2", lambda: 2),
+            lambda: ctx.fetch("https://example.invalid/"),
+            lambda: rc.tool("finder", {"domain": "c.example"}),
+            lambda: rc.step("s3", lambda: 3),
+            lambda: rc.fetch("https://example.invalid/"),
+            lambda: ctx.dataset("d2", [{"domain": "d.example"}]).with_column("x", resolver).run(),
+        ]
+        receipts = await rt.store.count_receipts("r")
+        for call in late:
+            with trio.fail_after(1), pytest.raises(trioplay.RunEnded, match="run 'r' has ended"):
+                await call()
+        assert await rt.store.count_receipts("r") == receipts
+        assert await rt.store.list_datasets("r") == ["d"]
+    assert issubclass(trioplay.RunEnded, RuntimeError)

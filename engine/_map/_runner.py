@@ -25,6 +25,7 @@ from .._errors import (
     PlayDefinitionError,
     PlayInputError,
     RowOutputNotJsonSerializable,
+    RunEnded,
     StoreError,
     format_error,
 )
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from ._types import Columns, OnRowError
 
 # Errors that no row can isolate: every other row would hit them too.
-_FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputError)
+_FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputError, RunEnded)
 _DONE = object()  # a page with nothing left to run
 
 
@@ -62,6 +63,7 @@ async def run_map(
     page_size: int,
 ) -> MapResult:
     """Run the rows of ``source`` not yet completed through ``columns``."""
+    services.receipts.raise_if_ended()  # a dataset of a context kept past its run
     return await _MapRun(services, name, source, columns, key, on_row_error, page_size).run()
 
 
@@ -137,7 +139,6 @@ class _MapRun:
             max_flush=limits.writer_max_flush,
             cleanup_timeout=limits.cleanup_timeout,
             on_commit=self._on_commit,
-            before_write=services.receipts.settled_up_to_now,
         )
         self.progress_dirty = False
 

@@ -21,9 +21,9 @@ the flush deadline or the end of input, and takes the whole batch with
 A batch is written in one store transaction when the buffer is full or
 ``writer_max_flush`` after its first row arrived, whichever comes first; only
 then is each row *committed* (``on_commit``). One batch is written at a time
-while the next one fills, so at most twice the buffer is in memory. Before
-each batch the writer awaits ``before_write``: the map passes a wait for the
-receipts of every call its rows used, so a row never commits before them.
+while the next one fills, so at most twice the buffer is in memory. The
+writer need not wait for receipts: a row reaches it only after its calls
+returned, and a call returns a value only once its receipt is recorded.
 
 A failed write latches: the writer raises the store's error (which fails the
 map), and any later send raises it at once. On cancellation the writer makes
@@ -117,7 +117,6 @@ class TerminalRowWriter:
         max_flush: float,
         cleanup_timeout: float,
         on_commit: Callable[[list[TerminalRow]], None],
-        before_write: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._run_id = run_id
@@ -126,9 +125,6 @@ class TerminalRowWriter:
         self._max_flush = max_flush
         self._cleanup_timeout = cleanup_timeout
         self._on_commit = on_commit
-        # Awaited before each batch: the map waits there for the receipts of
-        # the calls its rows used, so no row commits before them.
-        self._before_write = before_write
         self._input, self._output = trio.open_memory_channel[TerminalRow](math.inf)
         self._buffered_bytes = 0  # sent, not yet taken into a batch
         self._buffered_rows = 0
@@ -242,8 +238,6 @@ class TerminalRowWriter:
         self._active = batch
         self._active_started_at = trio.current_time()
         try:
-            if self._before_write is not None:
-                await self._before_write()
             await self._store.write_terminal_rows(
                 self._run_id, self._dataset, [item.row for item in batch]
             )
@@ -268,8 +262,6 @@ class TerminalRowWriter:
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + self._cleanup_timeout
             try:
-                if self._before_write is not None:
-                    await self._before_write()
                 await self._store.write_terminal_rows(
                     self._run_id, self._dataset, [item.row for item in batch]
                 )

@@ -45,7 +45,7 @@ class DispatchStats:
 
 
 class CallState(enum.IntEnum):
-    """Where a call is in its life; the order is that of the life (``>= SETTLING``: delivered).
+    """Where a call is in its life; the order is that of the life.
 
     ====================  ==================================================
     from                  to, and who moves it
@@ -58,15 +58,20 @@ class CallState(enum.IntEnum):
                           settler: ``_execute``), ``DELIVERED`` (its owner
                           left before it settled; its lease is released)
     ``LOST``              ``SETTLING`` (with :class:`LeaseLost`), ``DELIVERED``
-    ``SETTLING``          none: it leaves the calls in flight once written
+    ``SETTLING``          ``DELIVERED`` (its settlement is written, fenced off
+                          or failed: ``_settler`` delivers the outcome)
     ====================  ==================================================
+
+    A caller never has a result before its settlement is written: a value
+    reaches its owner, followers and cohort only once its receipt is
+    completed, so a row that used it commits on a recorded receipt.
     """
 
     QUEUED = 0  # made; its claim is not back yet
     CLAIMED = 1  # its receipt is leased to us: to be run, or running
     LOST = 2  # a heartbeat found its lease gone before it settled
-    SETTLING = 3  # delivered; its settlement is with the settler (in flight until written)
-    DELIVERED = 4  # delivered; nothing (more) to write
+    SETTLING = 3  # its settlement is with the settler; delivered once written
+    DELIVERED = 4  # delivered, out of flight; nothing (more) to write
 
 
 QUEUED = CallState.QUEUED
@@ -130,18 +135,21 @@ class _Cohort:
 
 # -- the turn -----------------------------------------------------------------
 @trio.lowlevel.enable_ki_protection
-async def park(call: _Call) -> None:
-    """Park the owner until its call is delivered or is its to run (see :func:`wake`)."""
+def park(call: _Call) -> Awaitable[object]:
+    """``await park(call)``: park the owner until its call is delivered or is its to run.
+
+    A plain function returning Trio's own awaitable, so a parked owner's
+    stack is a frame shorter each time it is resumed (see :func:`wake`).
+    """
     if call.woken:
-        await trio.lowlevel.checkpoint()
-        return
+        return trio.lowlevel.checkpoint()  # noqa: ASYNC105 (awaited by the caller)
 
     def abort(_: object) -> trio.lowlevel.Abort:
         call.owner = None
         return trio.lowlevel.Abort.SUCCEEDED
 
     call.owner = trio.lowlevel.current_task()
-    await trio.lowlevel.wait_task_rescheduled(abort)
+    return trio.lowlevel.wait_task_rescheduled(abort)  # noqa: ASYNC105 (awaited by the caller)
 
 
 @trio.lowlevel.enable_ki_protection
@@ -159,8 +167,8 @@ class InFlight:
 
     An identical call made while one is in flight follows it: it gets the
     owner's result and makes no claim of its own. A call stays in flight
-    until its settlement is written (or, with nothing to write, until it is
-    delivered), so a follower never finds its receipt still leased.
+    until it is delivered, which for an executed call is once its settlement
+    is written, so a follower never finds its receipt still leased.
     """
 
     __slots__ = ("calls",)
@@ -173,12 +181,16 @@ class InFlight:
         """Hand ``call``'s result (or error) to its owner, its followers and its cohort."""
         call.value = value
         call.error = error
-        if call.state is not SETTLING:
-            self.forget(call)
-            call.state = DELIVERED
+        calls = self.calls  # forget and wake, inline: two frames less per call
+        if calls.get(call.key) is call:
+            del calls[call.key]
+        call.state = DELIVERED
         if call.followers is not None:
             call.followers.set()
-        wake(call)
+        call.woken = True
+        owner, call.owner = call.owner, None
+        if owner is not None:
+            trio.lowlevel.reschedule(owner)
         cohort = call.cohort
         if cohort is not None:
             cohort.remaining -= 1
@@ -193,7 +205,7 @@ class InFlight:
     @staticmethod
     async def follow(call: _Call) -> Any:
         """The result of ``call``, once delivered (raises its error)."""
-        if call.state < SETTLING:
+        if call.state is not DELIVERED:
             if call.followers is None:
                 call.followers = trio.Event()
             await call.followers.wait()

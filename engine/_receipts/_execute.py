@@ -5,9 +5,10 @@ a task of its own). The governor admits the call (a call of a provider
 without limits of its own gets its slot as it is claimed, see
 :meth:`Executor.admit`); it runs under its timeout with the provider
 idempotency key, retried within the claim if the tool allows ``retries``.
-The result goes to the caller at once; its settlement (complete, fail or
-release) goes to the settler. The governor slot, and the call's place in
-flight, are held until that write is done.
+Its settlement (complete, fail or release) goes to the settler, which
+coalesces the writes of many calls and delivers each outcome once its write
+is done; the owner parks until then. The governor slot, and the call's place
+in flight, are held until that write is done.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .._json import dumps, loads
 from .._keys import idempotency_key
 from .._records import Completion, Failure, Lease
 from .._tools import ToolCall
-from ._call import LOST, SETTLING, outcome, owner_gone, park, wake
+from ._call import DELIVERED, LOST, SETTLING, owner_gone, park, wake
 from ._leases import unsettled
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from .._records import Claimed
     from .._tools import BatchFunction, FetchFunction
     from ._call import DispatchStats, Execute, _Call
-    from ._settler import _Settler
+    from ._settler import Settlement, _Settler
 
 
 class Executor:
@@ -101,6 +102,8 @@ class Executor:
                 claim = call.claim
                 assert claim is not None
                 await self.execute([(call, claim)], None)
+                if call.state is SETTLING:
+                    await park(call)  # until the settler has written it and delivers
         finally:
             lease: Lease | None = None
             if call.state < SETTLING:
@@ -115,7 +118,9 @@ class Executor:
                 call.row.called()
             if lease is not None:
                 await self._release_shielded([lease])
-        return outcome(call)
+        if call.error is not None:  # outcome(call), inline: a frame less per call
+            raise call.error
+        return call.value
 
     # -- execution ----------------------------------------------------------
     async def execute(
@@ -186,17 +191,26 @@ class Executor:
                 return None
         timeout = first.timeout if first.timeout is not None else self._tool_timeout
         deadline = trio.current_time() + timeout
-        tool_calls = [
-            ToolCall(
-                tool_id=call.name,
-                idempotency_key=idempotency_key(call.key, claim.lease_id if call.force else None),
-                attempt=claim.attempt + retry,
-                deadline=deadline,
-                fetch=self._fetch,
+        tool_calls: list[ToolCall] = []
+        for call, claim in owned:  # a loop, not a comprehension: no frame of its own
+            tool_calls.append(
+                ToolCall(
+                    tool_id=call.name,
+                    idempotency_key=idempotency_key(
+                        call.key, claim.lease_id if call.force else None
+                    ),
+                    attempt=claim.attempt + retry,
+                    deadline=deadline,
+                    fetch=self._fetch,
+                )
             )
-            for call, claim in owned
-        ]
-        self._count_start(first, len(owned))
+        stats = self._stats
+        if first.kind == "provider":
+            stats.provider_calls += len(owned)
+        elif first.kind == "fetch":
+            stats.fetches += len(owned)
+        else:
+            stats.steps_run += len(owned)
         results: list[Any]
         scope = trio.CancelScope(deadline=deadline)
         for call, _ in owned:
@@ -261,15 +275,19 @@ class Executor:
         return error, True
 
     def _settle(self, owned: list[tuple[_Call, Claimed]], results: list[Any]) -> None:
-        """Deliver each result and hand its settlement (complete, fail or release) to the settler.
+        """Hand each result's settlement (complete, fail or release) to the settler.
 
-        The caller gets a completed result as it will replay (parsed back from
-        its JSON). Until the write is done the call stays in flight, so an
-        identical call follows it instead of finding its receipt still leased.
+        The settler delivers each outcome once its write is done (see
+        ``_settler``), so no caller has a value its receipt does not hold.
+        A completed result is delivered as it will replay (parsed back from
+        its JSON). Until then the call stays in flight, so an identical call
+        follows it instead of finding its receipt still leased.
         """
-        entries: list[tuple[Completion | Failure | Lease, _Call]] = []
+        entries: list[Settlement] = []
         for (call, claim), result in zip(owned, results, strict=True):
-            call.state = SETTLING
+            if call.state is not DELIVERED:  # a batch member whose owner left is not woken
+                call.state = SETTLING
+                call.woken = False  # its owner parks again, until the settler delivers
             if not isinstance(result, BaseException):
                 try:
                     text = dumps(result)
@@ -279,30 +297,22 @@ class Executor:
                         tool_id=call.name,
                     )
                 else:
-                    entries.append((Completion(call.key, claim.lease_id, text), call))
-                    self._deliver(call, loads(text))
+                    entries.append(
+                        (Completion(call.key, claim.lease_id, text), call, loads(text), None)
+                    )
                     continue
             error, record = self._classify(call, result)
             if record:
                 self._stats.failed_calls += 1
-                entries.append(
-                    (Failure(call.key, claim.lease_id, dumps(error_to_record(error))), call)
+                item: Failure | Lease = Failure(
+                    call.key, claim.lease_id, dumps(error_to_record(error))
                 )
             else:
                 # An unreleased lease only delays a rerun until it expires.
-                entries.append((Lease(call.key, claim.lease_id), call))
-            self._deliver(call, error=error)
+                item = Lease(call.key, claim.lease_id)
+            entries.append((item, call, None, error))
         first = owned[0][0]
         self._submit(entries, first if first.kind != "local" else None)
-
-    def _count_start(self, call: _Call, n: int) -> None:
-        stats = self._stats
-        if call.kind == "provider":
-            stats.provider_calls += n
-        elif call.kind == "fetch":
-            stats.fetches += n
-        else:
-            stats.steps_run += n
 
 
 def _granted(call: _Call, slot: bool = True) -> bool:

@@ -45,7 +45,7 @@ class _Lane:
             self._wakeup.set()
         self._queue.append(call)
         self._bytes += call.size
-        if self._full():
+        if len(self._queue) >= self._max or self._bytes >= self._max_bytes:  # _full(), inline
             self._wakeup.set()
 
     def _full(self) -> bool:

@@ -1,20 +1,31 @@
-"""The settler: writes the settlements of many calls in few store calls, and the persistence latch.
+"""The settler: writes the settlements of many calls in few store calls, then delivers them.
 
-If recording a completion fails after the provider succeeded, the latch
-trips: no further provider call starts in this run, and the map and the run
-that see it fail with :class:`PersistenceLatchTripped`.
+A call's owner hands its settlement over and parks. Once the write is done,
+the settler delivers the call's outcome to its owner, followers and cohort:
+
+- a completion written: the value;
+- a completion (or failure) fenced off: :class:`LeaseLost` (another owner
+  took the lease over; the receipt keeps that owner's result);
+- a completion that could not be written: :class:`ReceiptNotRecorded`, and
+  the persistence latch trips: no further provider call starts in this run,
+  and the map and the run that see it fail with
+  :class:`PersistenceLatchTripped`;
+- a failure or a release: the call's own error.
+
+So no caller has a value its receipt does not hold, and a row that used one
+commits only on a recorded receipt.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .._errors import PersistenceLatchTripped
+from .._errors import LeaseLost, PersistenceLatchTripped, ReceiptNotRecorded
 from .._records import Completion, Failure, Lease
-from ._call import _Call
+from ._call import SETTLING, _Call
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -24,15 +35,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trioplay")
 
+Settlement = tuple[Completion | Failure | Lease, _Call, Any, BaseException | None]
+"""What a call hands the settler: the write, the call, and the value or error to deliver."""
+
 
 class _Settler:
     """Writes the settlements (complete, fail, release) of many calls in few store calls.
 
-    A call's owner hands its settlement over and goes on: its result is
-    delivered at once, while the governor slot and the call's in-flight entry
-    stay taken until the write is done (``forget``, then the slot's
-    ``release``). So the concurrency limit still bounds results waiting for
-    their write, and the owner's task costs no second scheduler round trip.
+    Each call is delivered once its write is done; its governor slot is
+    released then too (``release``), so the concurrency limit also bounds
+    results waiting for their write.
     """
 
     def __init__(
@@ -40,19 +52,18 @@ class _Settler:
         store: ReceiptStore,
         now: Callable[[], float],
         cleanup_timeout: float,
-        forget: Callable[[_Call], None],
+        deliver: Callable[..., None],
         release: Callable[[ProviderGate | None, object], None],
     ) -> None:
         self._store = store
         self._now = now
         self._cleanup_timeout = cleanup_timeout
-        self._forget = forget
+        self._deliver = deliver
         self._release = release
         self._pending: list[_Entry] = []
         self._writing: list[_Entry] = []
         self._wakeup = trio.Event()
-        # Entries ever handed over, and how many of the first ones are written:
-        # batches are written in order, so "written >= n" covers the first n.
+        # Entries ever handed over, and how many of them are written (or failed).
         self._submitted = 0
         self._written = 0
         self._progress = trio.Event()  # set (and replaced) each time a batch is written
@@ -72,21 +83,16 @@ class _Settler:
         error.__cause__ = self.latch
         return error
 
-    def submit(
-        self, entries: list[tuple[Completion | Failure | Lease, _Call]], borrower: _Call | None
-    ) -> None:
+    def submit(self, entries: list[Settlement], borrower: _Call | None) -> None:
         """Queue ``entries`` for the next write; the governor slot of ``borrower``
         (the executed call, if it took one) is released once all are written."""
-        group = _Group(len(entries), borrower)
-        self._pending += [(item, call, group) for item, call in entries]
+        # One call (the common case) needs no group: its borrower is released with it.
+        group = _Group(len(entries), borrower) if len(entries) > 1 else borrower
+        pending = self._pending
+        for item, call, value, error in entries:  # a loop: a comprehension is a frame
+            pending.append((item, call, value, error, group))
         self._submitted += len(entries)
         self._wakeup.set()
-
-    async def written_up_to_now(self) -> None:
-        """Wait until every settlement handed over before this call is written (or failed)."""
-        mark = self._submitted
-        while self._written < mark:
-            await self._progress.wait()
 
     async def drain(self) -> None:
         """Wait until no settlement is left, including any handed over meanwhile."""
@@ -117,7 +123,10 @@ class _Settler:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + self._cleanup_timeout
                 await self._write(batch)
-            # Written or not, nothing more will be: release whoever waits on them.
+            # What is left was not written, and nothing more will be: fail its
+            # callers (no value without its receipt), release whoever waits.
+            for entry in batch:
+                self._settled(entry, None)
             self._advance(self._submitted - self._written)
             raise
 
@@ -133,6 +142,8 @@ class _Settler:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = deadline
                 await self._write(batch)
+            for entry in batch:  # not written in time: as in run's cancelled path
+                self._settled(entry, None)
         self._advance(self._submitted - self._written)
 
     async def _write(self, batch: list[_Entry]) -> None:
@@ -146,7 +157,8 @@ class _Settler:
             store.fail_many,
             store.release_many,
         )
-        for write, entries in zip(writes, kinds.values(), strict=True):
+        lists = list(kinds.values())
+        for index, (write, entries) in enumerate(zip(writes, lists, strict=True)):
             if not entries:
                 continue
             outcomes: list[bool | BaseException]
@@ -154,41 +166,76 @@ class _Settler:
                 outcomes = list(await write([entry[0] for entry in entries], now=self._now()))
             except Exception as exc:
                 outcomes = [exc] * len(entries)
-            written = {id(entry) for entry in entries}
-            batch[:] = [entry for entry in batch if id(entry) not in written]
-            for (item, call, group), outcome in zip(entries, outcomes, strict=True):
-                self._settled(call, item, outcome)
-                group.remaining -= 1
-                if group.remaining == 0 and group.borrower is not None:
-                    self._release(group.borrower.gate, group.borrower)
+            batch[:] = [entry for later in lists[index + 1 :] for entry in later]
+            for entry, outcome in zip(entries, outcomes, strict=True):
+                self._settled(entry, outcome)
 
-    def _settled(
-        self, call: _Call, item: Completion | Failure | Lease, outcome: bool | BaseException
-    ) -> None:
-        """A settlement was written (``True``), fenced off (``False``) or failed (an error)."""
-        self._forget(call)
+    def _settled(self, entry: _Entry, outcome: bool | BaseException | None) -> None:
+        """Deliver a call whose settlement was written (``True``), fenced off
+        (``False``), failed (an error) or never written (``None``: the run ended)."""
+        item, call, value, error, group = entry
         if isinstance(item, Completion):
+            if outcome is None or isinstance(outcome, BaseException):
+                value, error = None, self._unrecorded(call, outcome)
+            elif not outcome:
+                value, error = None, _taken_over(call)
+        elif isinstance(item, Failure):
             if isinstance(outcome, BaseException):
-                if self.latch is None:
-                    self.latch = outcome
-                log.error(
-                    "%s %r succeeded but its receipt could not be recorded (%s); "
-                    "no further provider call will start in this run",
+                log.warning(
+                    "%s %r: recording its failure also failed: %s",
                     call.operation,
                     call.name,
                     outcome,
                 )
-            elif not outcome:
-                log.warning(
-                    "%s %r: its lease was taken over before its result was recorded; "
-                    "the receipt keeps the new owner's result",
-                    call.operation,
-                    call.name,
-                )
-        elif isinstance(item, Failure) and isinstance(outcome, BaseException):
-            log.warning(
-                "%s %r: recording its failure also failed: %s", call.operation, call.name, outcome
+            elif outcome is not None and not outcome:
+                error = _taken_over(call)
+        if call.state is SETTLING:  # not if its owner left meanwhile (a native batch)
+            self._deliver(call, value, error)
+        if isinstance(group, _Group):
+            group.remaining -= 1
+            if group.remaining == 0 and group.borrower is not None:
+                self._release(group.borrower.gate, group.borrower)
+        elif group is not None:
+            self._release(group.gate, group)
+
+    def _unrecorded(self, call: _Call, outcome: BaseException | None) -> ReceiptNotRecorded:
+        """The error of a call whose result was not recorded (a failed write trips the latch)."""
+        if outcome is None:
+            reason, latched = "the run ended before it was written", ""
+        else:
+            reason, latched = str(outcome), "; no further provider call starts in this run"
+            if self.latch is None:
+                self.latch = outcome
+            log.error(
+                "%s %r succeeded but its receipt could not be recorded (%s); "
+                "no further provider call will start in this run",
+                call.operation,
+                call.name,
+                outcome,
             )
+        error = ReceiptNotRecorded(
+            f"{call.operation} {call.name!r} succeeded, but its receipt {call.key[:16]} could "
+            f"not be recorded ({reason}): the call fails rather than return a value its "
+            f"receipt does not hold{latched}",
+            key=call.key,
+        )
+        error.__cause__ = outcome
+        return error
+
+
+def _taken_over(call: _Call) -> LeaseLost:
+    """The error of a call whose fenced write found its lease taken over by another owner."""
+    log.warning(
+        "%s %r: its lease was taken over before its result was recorded; "
+        "the caller gets LeaseLost and the receipt keeps the new owner's result",
+        call.operation,
+        call.name,
+    )
+    return LeaseLost(
+        call.key,
+        f"{call.operation} {call.name!r}: the lease of receipt {call.key[:16]} was taken over "
+        "by another owner before this result was recorded; the receipt keeps that owner's result",
+    )
 
 
 class _Group:
@@ -201,4 +248,8 @@ class _Group:
         self.borrower = borrower
 
 
-_Entry = tuple[Completion | Failure | Lease, _Call, _Group]
+# The last field: the group of the entry's execution, or for an execution of
+# one call, the call whose governor slot its write releases (None: no slot).
+_Entry = tuple[
+    Completion | Failure | Lease, _Call, Any, BaseException | None, "_Group | _Call | None"
+]
