@@ -18,7 +18,8 @@ import pytest
 import trio
 
 from .support import TRIOPLAY
-from .test_postgres import DSN, CuttableProxy, _admin
+from .tcp_proxy import FaultyProxy
+from .test_postgres import DSN, _admin
 from .test_postgres import schema as schema  # the fixture: a schema of the test's own
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ async def test_a_cut_shows_the_write_that_failed_once(
     play = tmp_path / "cut.py"
     play.write_text(PLAY)
     params = psycopg.conninfo.conninfo_to_dict(DSN)
-    proxy = CuttableProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+    proxy = FaultyProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
     async with trio.open_nursery() as nursery:
         await nursery.start(proxy.serve)
         argv = [
