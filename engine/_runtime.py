@@ -254,7 +254,12 @@ class Runtime:
                 stats_json=dumps(_stats_dict(stats)),
             )
             with trio.CancelScope(shield=True) as scope:
-                scope.deadline = unwound.cleanup_deadline(self.limits.cleanup_timeout)
+                scope.deadline = deadline
+                if dispatcher is not None and dispatcher.store_unanswered:
+                    # The store just left a shielded write unanswered for a whole
+                    # cleanup_timeout: do not wait for it again. The run stays
+                    # `running`; its next attempt takes it over.
+                    scope.cancel()
                 try:
                     try:
                         await finish()

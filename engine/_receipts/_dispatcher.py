@@ -159,6 +159,12 @@ class Dispatcher:
         """Wait until every settlement handed over so far is written (or failed to be)."""
         await self._settler.drain()
 
+    @property
+    def store_unanswered(self) -> bool:
+        """The settler's last write, as the run was cancelled, got no answer within
+        ``cleanup_timeout``: the store is not answering now."""
+        return self._settler._unanswered
+
     async def settle_late(self, deadline: float) -> None:
         """Once the dispatcher's tasks are gone: write the settlements handed over after
         the settler stopped (a cancelled run's last calls), shielded, until ``deadline``."""

@@ -68,6 +68,7 @@ class _Settler:
         self._written = 0
         self._progress = trio.Event()  # set (and replaced) each time a batch is written
         self.latch: BaseException | None = None  # why the persistence latch tripped, if it did
+        self._unanswered = False  # the last write of a cancelled run was left unfinished
 
     def latch_error(self, subject: str) -> PersistenceLatchTripped:
         """The error ``subject`` (a call, a map, a run) fails with once the latch tripped.
@@ -123,6 +124,9 @@ class _Settler:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + self._cleanup_timeout
                 await self._write(batch)
+            # A write the store did not finish within cleanup_timeout: a late
+            # one (write_late) would only wait as long again.
+            self._unanswered = bool(batch)
             # What is left was not written, and nothing more will be: fail its
             # callers (no value without its receipt), release whoever waits.
             for entry in batch:
@@ -138,12 +142,12 @@ class _Settler:
         for. The run calls this once no task of its dispatcher is left.
         """
         batch, self._pending = self._pending, []
-        if batch:
+        if batch and not self._unanswered:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = deadline
                 await self._write(batch)
-            for entry in batch:  # not written in time: as in run's cancelled path
-                self._settled(entry, None)
+        for entry in batch:  # not written (in time): as in run's cancelled path
+            self._settled(entry, None)
         self._advance(self._submitted - self._written)
 
     async def _write(self, batch: list[_Entry]) -> None:
