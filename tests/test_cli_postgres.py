@@ -111,10 +111,17 @@ async def test_a_cut_shows_the_write_that_failed_once(
     url = _through(proxy.port, schema)
     assert finished.returncode == 1, stderr
     assert stdout.startswith("run r: failed (play cut, attempt 1)\n"), stdout
-    # The summary counts what the sheet holds, although it could not ask the store.
-    counted = re.search(r"^  leads: ([\d,]+) completed, 0 failed, 0 skipped$", stdout, re.M)
+    # The summary counts what the sheet holds, although it could not ask the
+    # store; rows of a write the cut left unconfirmed are counted apart.
+    counted = re.search(
+        r"^  leads: ([\d,]+) completed, 0 failed, 0 skipped"
+        r"(?:; ([\d,]+) more in a write whose outcome is unknown \(.+\))?$",
+        stdout,
+        re.M,
+    )
     assert counted is not None, stdout
-    assert int(counted.group(1).replace(",", "")) == _committed(schema) >= 300
+    completed, unconfirmed = (int((n or "0").replace(",", "")) for n in counted.groups())
+    assert 300 <= completed <= _committed(schema) <= completed + unconfirmed, stdout
 
     # One error, the run's own: a write the cut broke, named with the store.
     [error] = [line for line in stderr.splitlines() if line.startswith("error: ")]
@@ -127,12 +134,12 @@ async def test_a_cut_shows_the_write_that_failed_once(
     for query in ("list_datasets", "count_rows"):  # the CLI's own queries after the run
         assert query not in stdout + stderr
 
-    # A warning per in-flight call is said once, with how many more there were.
+    # A warning per in-flight call is said once, with how many more there were
+    # (when the cut caught calls in flight: test_cli_summary shows the count).
     said = [line for line in stderr.splitlines() if not line.startswith("leads: ")]
     assert len(said) <= 8, stderr
     assert len({line[:50] for line in said}) == len(said), stderr
     more = [line for line in said if "more like" in line]
-    assert more, stderr
     assert all(
         re.search(r"^\S+: [\d,]+ more like \".+\" not shown \(--debug shows every one\)$", line)
         for line in more

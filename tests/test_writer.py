@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 import trioplay
+from trioplay._cli._progress import MapProgress, RunOutcome, format_summary
 from trioplay._groups import open_nursery
 from trioplay._map._writer import TerminalRow, TerminalRowWriter
 from trioplay._records import SheetRow
@@ -176,3 +177,63 @@ async def test_page_senders_block_on_a_full_buffer_and_their_end_ends_the_writer
     assert finished_at == [h.committed["20"]]
     with pytest.raises(RuntimeError, match="stopped"):
         await first.send(item("21"))
+
+
+class _CommitsThenLosesTheAnswer(MemoryStore):
+    """A store whose third write commits, then fails as a lost ``COMMIT`` answer does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+        self.lost = 0
+
+    async def write_terminal_rows(self, run_id: str, dataset: str, rows: Any) -> None:
+        await super().write_terminal_rows(run_id, dataset, rows)
+        self.writes += 1
+        if self.writes == 3:
+            self.lost = len(rows)
+            raise trioplay.StoreError(
+                "memory://: write_terminal_rows: connection lost; the COMMIT was sent but"
+                " never confirmed",
+                outcome_unknown=True,
+            )
+
+
+async def test_rows_of_a_write_whose_outcome_is_unknown_are_reported_as_such() -> None:
+    """They are not counted committed, nor silently dropped: the sheet may hold them."""
+    store = _CommitsThenLosesTheAnswer()
+    last: dict[str, Any] = {}
+
+    def on_event(event: trioplay.RuntimeEvent) -> None:
+        if event.type == "map.progress":
+            last.update(event.data)
+
+    async def resolver(row: trioplay.Row, _rc: trioplay.RowContext) -> str:
+        await trio.sleep(0.001)
+        return "ok"
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        rows = [{"id": str(i)} for i in range(2000)]
+        return await ctx.dataset("s", rows).with_column("x", resolver).run(key="id")
+
+    limits = trioplay.Limits(writer_max_flush=0.01)
+    with trio.fail_after(20), pytest.raises(trioplay.StoreError, match="never confirmed"):
+        async with trioplay.open_runtime(store=store, limits=limits, on_event=on_event) as rt:
+            await rt.run(play, {}, run_id="r")
+    in_store = (await store.count_rows("r", "s")).get("completed", 0)
+    assert store.lost > 0
+    assert last["unconfirmed"] == store.lost
+    assert last["completed"] + last["unconfirmed"] == in_store
+
+    summary = format_summary(RunOutcome(run_id="r", status="failed"), [_progress(last)])
+    assert (
+        f"  s: {last['completed']:,} completed, 0 failed, 0 skipped; {store.lost:,} more in a"
+        " write whose outcome is unknown (the sheet may hold them; a rerun skips those it finds)"
+    ) in summary.splitlines()
+
+
+def _progress(data: dict[str, Any]) -> MapProgress:
+    state = MapProgress(name=data["map"], started_at=0.0)
+    state.update(data, at=1.0)
+    return state

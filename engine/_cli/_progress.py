@@ -41,6 +41,7 @@ class MapProgress:
     failed: int = 0
     skipped: int = 0
     duplicates: int = 0
+    unconfirmed: int = 0  # rows of a write whose outcome is unknown
     at: float = 0.0
     finished: bool = False
     last_line_at: float | None = None
@@ -77,6 +78,7 @@ class MapProgress:
         self.failed = int(data.get("failed", self.failed))
         self.skipped = int(data.get("skipped", self.skipped))
         self.duplicates = int(data.get("duplicates", self.duplicates))
+        self.unconfirmed = int(data.get("unconfirmed", self.unconfirmed))
 
 
 @attrs.define
@@ -367,6 +369,11 @@ def format_summary(
             if state.duplicates:
                 keys = "key" if state.duplicates == 1 else "keys"
                 text += f" ({state.duplicates:,} duplicate {keys})"
+            if state.unconfirmed:
+                text += (
+                    f"; {state.unconfirmed:,} more in a write whose outcome is unknown"
+                    " (the sheet may hold them; a rerun skips those it finds)"
+                )
         sheet = sheets.get(name)
         if sheet is not None:
             held = f"{sheet.get('completed', 0):,} completed, {sheet.get('failed', 0):,} failed"

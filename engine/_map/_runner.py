@@ -439,6 +439,7 @@ class _MapRun:
             "failed": r.failed_count,
             "skipped": r.skipped_count,
             "duplicates": r.duplicate_count,
+            "unconfirmed": self.writer.unconfirmed,
             "total": self.total,
         }
 

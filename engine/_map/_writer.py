@@ -28,7 +28,11 @@ returned, and a call returns a value only once its receipt is recorded.
 A failed write latches: the writer raises the store's error (which fails the
 map), and any later send raises it at once. On cancellation the writer makes
 one last shielded attempt, bounded by ``cleanup_timeout``, to commit what it
-had admitted.
+had admitted. Rows of a write that may or may not have taken effect (its
+commit was sent but never confirmed, it was cancelled mid-flight and the
+retry failed, or the retry ran out of time) are neither committed nor lost:
+``unconfirmed`` counts them, and the map reports the count, since a rerun
+finds them in the sheet or runs them again.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
+
+from .._errors import StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -135,6 +141,7 @@ class TerminalRowWriter:
         self._active_started_at: float | None = None
         self._blocked = 0
         self.error: BaseException | None = None
+        self.unconfirmed = 0  # rows of a failed write that may have committed
         self.finished = trio.Event()
 
     # -- producers ----------------------------------------------------------
@@ -245,6 +252,8 @@ class TerminalRowWriter:
             raise
         except BaseException as exc:
             self.error = exc
+            if isinstance(exc, StoreError) and exc.outcome_unknown:
+                self.unconfirmed = len(batch)
             self._active = []
             raise
         self._active = []
@@ -254,8 +263,8 @@ class TerminalRowWriter:
     async def _final_flush(self, taken: list[TerminalRow]) -> None:
         # Rows whose write was cancelled may or may not have committed; writing
         # them again is safe (rows upsert by key) and only then are they reported.
-        batch = self._active if self._active is not taken else []
-        batch = batch + taken
+        cancelled = self._active if self._active is not taken else []
+        batch = cancelled + taken
         self._active = []
         if not batch or self.error is not None:
             return
@@ -265,7 +274,11 @@ class TerminalRowWriter:
                 await self._store.write_terminal_rows(
                     self._run_id, self._dataset, [item.row for item in batch]
                 )
-            except Exception:
+            except Exception as exc:
+                unknown = isinstance(exc, StoreError) and exc.outcome_unknown
+                self.unconfirmed = len(batch) if unknown else len(cancelled)
                 return
-        if not scope.cancelled_caught:
+        if scope.cancelled_caught:
+            self.unconfirmed = len(batch)
+        else:
             self._on_commit(batch)
