@@ -163,18 +163,21 @@ class GlobalSlots:
     def available_tokens(self) -> int:
         return self.total_tokens - self.borrowed_tokens
 
-    def take(self, borrower: object) -> None:
+    def take(self, gate: ProviderGate, borrower: object) -> None:
+        """A slot for ``borrower``, a call of ``gate``'s provider."""
         if borrower in self._borrowers:
             raise RuntimeError(f"{borrower!r} already holds a global slot")
         self._borrowers.add(borrower)
         self.borrowed_tokens += 1
+        gate.held += 1
 
-    def give_back(self, borrower: object) -> None:
+    def give_back(self, gate: ProviderGate, borrower: object) -> None:
         try:
             self._borrowers.remove(borrower)
         except KeyError:
             raise RuntimeError(f"{borrower!r} holds no global slot") from None
         self.borrowed_tokens -= 1
+        gate.held -= 1
 
 
 class _Waiter:
@@ -299,14 +302,6 @@ class Governor:
             and not (gate.paused and gate.is_paused())
         )
 
-    def _take(self, gate: ProviderGate, borrower: object) -> None:
-        self.external.take(borrower)
-        gate.held += 1
-
-    def _untake(self, gate: ProviderGate, borrower: object) -> None:
-        self.external.give_back(borrower)
-        gate.held -= 1
-
     @trio.lowlevel.enable_ki_protection
     def try_acquire(self, gate: ProviderGate | None, borrower: object) -> bool:
         """Pass every gate now if none would make us wait (no checkpoint)."""
@@ -324,7 +319,7 @@ class Governor:
             if limiter is not None:
                 limiter.release_on_behalf_of(borrower)
             return False
-        self._take(provider, borrower)
+        self.external.take(provider, borrower)
         return True
 
     @trio.lowlevel.enable_ki_protection
@@ -382,7 +377,7 @@ class Governor:
     async def _slot(self, gate: ProviderGate, borrower: object) -> bool:
         """Wait in ``gate``'s queue for a global slot; ``False``: sent away by a pause."""
         if self._free_for(gate):
-            self._take(gate, borrower)
+            self.external.take(gate, borrower)
             return True
         waiter = _Parked(borrower)
         self._enqueue(gate, waiter)
@@ -411,7 +406,7 @@ class Governor:
         """
         provider = gate if gate is not None else self._resolve(gate)
         if self._free_for(provider):
-            self._take(provider, borrower)
+            self.external.take(provider, borrower)
             return True
         if provider.is_paused():
             granted(borrower, False)
@@ -464,7 +459,7 @@ class Governor:
 
     def _give_back(self, gate: ProviderGate, borrower: object) -> None:
         """Return ``borrower``'s global slot and hand free slots on."""
-        self._untake(gate, borrower)
+        self.external.give_back(gate, borrower)
         if gate.waiters and not gate.ringed:
             # Below its share again: back in turn.
             gate.ringed = True
@@ -484,9 +479,9 @@ class Governor:
                 gate.ringed = False
                 continue
             waiter = gate.waiters.popleft()
-            self._take(gate, waiter.borrower)
+            self.external.take(gate, waiter.borrower)
             if not waiter.grant():
-                self._untake(gate, waiter.borrower)
+                self.external.give_back(gate, waiter.borrower)
                 if gate.waiters:
                     ring.appendleft(gate)  # its turn is not used up
                 else:

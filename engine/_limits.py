@@ -79,7 +79,7 @@ class Limits:
     writer_max_flush: float = _field(0.1, SECONDS)
     progress_flush_interval: float = _field(0.25, SECONDS)
     stall_log_interval: float = _field(60.0, SECONDS)
-    tool_batch_window: float = _field(0.005, SECONDS_OR_ZERO)
+    tool_batch_window: float = _field(0.0, SECONDS_OR_ZERO)
     tool_batch_max: int = _field(100, COUNT)
     tool_batch_max_bytes: int = _field(4 * MiB, COUNT)
     tool_timeout: float = _field(930.0, SECONDS)

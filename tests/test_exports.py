@@ -86,7 +86,7 @@ def test_defaults_match_the_design() -> None:
     assert limits.writer_buffer_bytes == 16 * 1024 * 1024
     assert limits.writer_max_flush == 0.1
     assert limits.stall_log_interval == 60
-    assert limits.tool_batch_window == 0.005
+    assert limits.tool_batch_window == 0.0  # group commit (docs/architecture.md)
     assert limits.tool_timeout == 930
     timeouts = trioplay.FetchTimeouts()
     assert (timeouts.headers, timeouts.body, timeouts.total) == (30.0, 30.0, 120.0)

@@ -212,9 +212,10 @@ async def test_a_rate_limited_tool_with_retries_slows_down_instead_of_failing(
         start = trio.current_time()
         assert await rt.run(play, {}, run_id="r") == {"ok": True}
     times = [round(at - start, 3) for at, _, _ in tries]
-    # The lane window, then retry_after twice; after each pause the bucket
-    # starts empty, so the next call waits one token (1/100 s) more.
-    assert times == [0.005, 2.015, 4.025]
+    # At once (an idle lane claims without a window), then retry_after
+    # twice; after each pause the bucket starts empty, so the next call
+    # waits one token (1/100 s) more.
+    assert times == [0.0, 2.01, 4.02]
     assert [attempt for _, attempt, _ in tries] == [1, 2, 3]
     assert len({key for _, _, key in tries}) == 1  # one receipt, one idempotency key
 
@@ -240,7 +241,7 @@ async def test_retries_run_out_and_the_error_surfaces(
         start = trio.current_time()
         with pytest.raises(trioplay.ProviderTransientError, match="503"):
             await rt.run(play, {}, run_id="r")
-        assert trio.current_time() - start == pytest.approx(0.005 + 0.1 + 0.2)
+        assert trio.current_time() - start == pytest.approx(0.1 + 0.2)
     assert calls == 3
 
 
@@ -472,13 +473,13 @@ async def test_a_rate_limit_answer_pauses_a_provider_without_a_rate(
         await rt.run(play, {}, run_id="r")
     a = [round(at - start, 3) for at in starts["a"]]
     b = [round(at - start, 3) for at in starts["b"]]
-    # The first call at 0 s (after the lane window) was answered 429: the
-    # calls of 1 s to 9 s wait for the pause to end at 10.005 s.
-    assert a == [0.005] + [10.005] * 10 + [11.005, 12.005, 13.005, 14.005]
-    # The other provider went on: each call right after its lane window
-    # (or right after the paused call it follows).
-    assert b[0] == 0.01
-    assert b[10:] == [10.01, 11.01, 12.01, 13.01, 14.01]
+    # The first call at 0 s (claimed at once: an idle lane has no window) was
+    # answered 429: the calls of 1 s to 9 s wait for the pause to end at 10 s.
+    assert a == [0.0] + [10.0] * 10 + [11.0, 12.0, 13.0, 14.0]
+    # The other provider went on: each call at once (or right after the
+    # paused call it follows).
+    assert b[0] == 0.0
+    assert b[10:] == [10.0, 11.0, 12.0, 13.0, 14.0]
     assert len(b) == 15
 
 
@@ -517,4 +518,4 @@ async def test_a_rate_limit_answer_pauses_calls_already_queued_for_a_slot(
     async with trioplay.open_runtime(store=MemoryStore(), tools=registry, limits=limits) as rt:
         start = trio.current_time()
         await rt.run(play, {}, run_id="r")
-    assert [round(at - start, 3) for at in starts] == [0.005, 0.005] + [10.505] * 2 + [10.505] * 2
+    assert [round(at - start, 3) for at in starts] == [0.0, 0.0] + [10.5] * 2 + [10.5] * 2

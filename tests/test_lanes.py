@@ -1,4 +1,4 @@
-"""Tool lanes: the coalescing window, early flushes, and native batch tools."""
+"""Tool lanes: group commit (the default), the window, early flushes, native batch tools."""
 
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ async def test_a_batch_flushes_early_at_tool_batch_max(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store = ClaimLog()
-    await run_calls(store, [(0.0, {"i": i}) for i in range(250)], tool_batch_max=100)
+    arrivals = [(0.0, {"i": i}) for i in range(250)]
+    await run_calls(store, arrivals, tool_batch_max=100, tool_batch_window=0.005)
     assert store.claims == [(0.0, 100), (0.0, 100), (0.005, 50)]
 
 
@@ -79,10 +80,47 @@ async def test_a_batch_flushes_early_at_the_byte_cap(
     store = ClaimLog()
     payload = "x" * 90  # each input is ~100 bytes of canonical JSON
     arrivals = [(0.001 * i, {"i": i, "p": payload}) for i in range(4)]
-    await run_calls(store, arrivals, tool_batch_max_bytes=250)
+    await run_calls(store, arrivals, tool_batch_max_bytes=250, tool_batch_window=0.005)
     # The third call would take the batch past 250 bytes: the first two go at
     # once, and the rest starts a window of its own.
     assert store.claims == [(0.002, 2), (0.007, 2)]
+
+
+class SlowClaims(ClaimLog):
+    """Each claim takes 10 ms (of the test's clock), as a store's round trip does."""
+
+    async def claim_many(self, requests: Any, **kw: Any) -> Any:
+        self.claims.append((round(trio.current_time(), 6), len(requests)))
+        await trio.sleep(0.01)
+        return await MemoryStore.claim_many(self, requests, **kw)
+
+
+async def test_by_default_an_idle_lane_claims_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = ClaimLog()
+    await run_calls(store, [(0.0, {"i": 0}), (1.0, {"i": 1})])
+    assert store.claims == [(0.0, 1), (1.0, 1)]
+
+
+async def test_by_default_calls_made_while_a_claim_is_out_are_the_next_batch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Group commit: batching grows with load, and a lone call waits for nothing."""
+    store = SlowClaims()
+    arrivals = [(0.0, {"i": 0})] + [(0.001 * i, {"i": i}) for i in range(1, 8)]
+    arrivals += [(0.015, {"i": 8}), (0.05, {"i": 9})]
+    await run_calls(store, arrivals)
+    # Calls 1 to 7 arrived while call 0 was being claimed, call 8 while they were.
+    assert store.claims == [(0.0, 1), (0.01, 7), (0.02, 1), (0.05, 1)]
+
+
+async def test_by_default_a_batch_is_still_capped_at_tool_batch_max(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = SlowClaims()
+    await run_calls(store, [(0.0, {"i": i}) for i in range(250)], tool_batch_max=100)
+    assert store.claims == [(0.0, 100), (0.01, 100), (0.02, 50)]
 
 
 class BatchProvider:

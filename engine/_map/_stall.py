@@ -88,7 +88,7 @@ class MapStallObserver:
     def resolver_started(self, key: str | None = None) -> int:
         self._token += 1
         self._resolvers[self._token] = RowPhase(key, self._now)
-        self._schedule()
+        self._busy.set()  # the timer runs while anything is unresolved
         return self._token
 
     def row_phase(self, token: int) -> RowPhase:
@@ -107,7 +107,7 @@ class MapStallObserver:
     def terminal_queued(self, key: str | None = None) -> int:
         self._token += 1
         self._admission[self._token] = (self._now(), key)
-        self._schedule()
+        self._busy.set()
         return self._token
 
     def terminal_admitted(self, token: int) -> None:
@@ -143,12 +143,8 @@ class MapStallObserver:
             if not self._has_unresolved() and self._busy.is_set():
                 self._busy = trio.Event()
 
-    def _schedule(self) -> None:
-        if not self._busy.is_set():
-            self._busy.set()
-
     def _cancel_if_idle(self) -> None:
-        if self._has_unresolved():
+        if self._resolvers or self._admission or self._commit:  # _has_unresolved, inline
             return
         if self._timer is not None:
             self._timer.cancel()

@@ -11,10 +11,11 @@ The path of a tool call (each step in the module named):
    in this run is followed: the follower gets the owner's result, no second
    claim. A forced call follows only a forced one; it claims with force
    itself, and identical calls made after it follow it.
-3. **Lane** (``_lane``). Calls to one tool coalesce for ``tool_batch_window``
-   from the first call (the window never resets) or until ``tool_batch_max``
-   calls / ``tool_batch_max_bytes`` arrive; the batch is claimed in one
-   store call.
+3. **Lane** (``_lane``). Calls to one tool form batches, each claimed in one
+   store call: by default by group commit (an idle lane claims at once; the
+   calls made meanwhile are the next batch), or with ``tool_batch_window``
+   set, for a fixed window from the first call; either way up to
+   ``tool_batch_max`` calls / ``tool_batch_max_bytes``.
 4. **Outcomes** (``_claims``). The claim runs in the run's hydration
    turn, one claim at a time: completed receipts are replayed (a payload
    that does not read back is :class:`CorruptReceipt`, for its callers
@@ -230,7 +231,7 @@ class Dispatcher:
         self._inflight[key] = call
         lane = self._lanes.get(tool_id)
         if lane is None:
-            lane = self._lanes[tool_id] = _Lane(self._flush, spec, self._limits)
+            lane = self._lanes[tool_id] = _Lane(self._flush, self._claim, spec, self._limits)
             self._spawn(lane.run)
         lane.submit(call)
         return self._run_owned(call)

@@ -1,10 +1,14 @@
 """Lanes: calls coalesced into batches, each claimed in one store call.
 
-A tool's lane (:class:`_Lane`): calls coalesce for ``tool_batch_window``
-from the first call (the window never resets) or until ``tool_batch_max``
-calls / ``tool_batch_max_bytes`` of input arrive; then the lane hands the
-batch to ``flush``. The run's lane of direct effects, steps and fetches
-(:class:`_EffectLane`), has no window: group commit.
+A tool's lane (:class:`_Lane`) batches by **group commit** by default
+(``tool_batch_window`` 0): an idle lane claims a call at once, in its own
+task, and the calls made while that claim is out are the next batch. With a
+positive ``tool_batch_window`` (the reference runtime's way) calls coalesce
+for that window from the first call (it never resets) and each batch is
+handed to ``flush``, which claims it in a task of its own. Either way a
+batch holds at most ``tool_batch_max`` calls / ``tool_batch_max_bytes`` of
+input. The run's lane of direct effects, steps and fetches
+(:class:`_EffectLane`), always uses group commit.
 """
 
 from __future__ import annotations
@@ -24,12 +28,21 @@ if TYPE_CHECKING:
 
 
 class _Lane:
-    """The batching of one tool's calls; ``flush(batch, spec)`` claims a batch (without waiting)."""
+    """The batching of one tool's calls.
+
+    ``claim(batch, spec)`` claims a batch and returns when that is done
+    (group commit); ``flush(batch, spec)`` claims it without waiting (a window).
+    """
 
     def __init__(
-        self, flush: Callable[[list[_Call], ToolSpec], None], spec: ToolSpec, limits: Limits
+        self,
+        flush: Callable[[list[_Call], ToolSpec], None],
+        claim: Callable[[list[_Call], ToolSpec], Awaitable[None]],
+        spec: ToolSpec,
+        limits: Limits,
     ) -> None:
         self._flush = flush
+        self._claim = claim
         self._spec = spec
         self._window = limits.tool_batch_window
         self._max = limits.tool_batch_max
@@ -73,12 +86,17 @@ class _Lane:
             self._wakeup = trio.Event()
             if not self._queue:
                 continue
-            if not self._full():
-                with trio.move_on_at(self._first_at + self._window):
-                    while not self._full():
-                        await self._wakeup.wait()
-                        self._wakeup = trio.Event()
-            self._flush(self._take(), self._spec)
+            if self._window <= 0:
+                # Group commit: claim now, in this task; what arrives meanwhile
+                # is the next batch.
+                await self._claim(self._take(), self._spec)
+            else:
+                if not self._full():
+                    with trio.move_on_at(self._first_at + self._window):
+                        while not self._full():
+                            await self._wakeup.wait()
+                            self._wakeup = trio.Event()
+                self._flush(self._take(), self._spec)
             if self._queue:
                 self._wakeup.set()
 
