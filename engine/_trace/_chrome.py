@@ -23,9 +23,10 @@ import json
 from typing import TYPE_CHECKING, Any, TextIO
 
 from . import _records as r
+from ._records import event_of
 
 if TYPE_CHECKING:
-    from ._records import Event
+    from ._records import Event, Raw
 
 _RUN, _ROWS, _CALLS, _WRITER = 1, 2, 3, 4
 _PROCESSES = {_RUN: "run", _ROWS: "rows by page", _CALLS: "calls by provider", _WRITER: "writer"}
@@ -140,8 +141,9 @@ class ChromeTraceSink:
         if phase is not None and opened is not None:
             self._phase[row] = (at, phase)
 
-    def write(self, events: list[Event]) -> None:
-        for event in events:
+    def write(self, batch: list[Raw]) -> None:
+        for raw in batch:
+            event = event_of(raw)
             if self._t0 is None:
                 self._t0 = event.at
             self._last = max(self._last, event.at)

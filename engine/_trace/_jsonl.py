@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, TextIO
 
-from ._records import from_json, to_json
+from ._records import from_json, json_line
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Iterator
 
-    from ._records import Event
-
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    from ._records import Event, Raw
 
 
 class JsonlSink:
@@ -22,8 +20,8 @@ class JsonlSink:
     def __init__(self, file: TextIO) -> None:
         self._file = file
 
-    def write(self, events: list[Event]) -> None:
-        self._file.write("".join([_encode(to_json(event)) + "\n" for event in events]))
+    def write(self, batch: list[Raw]) -> None:
+        self._file.write("".join([json_line(raw) for raw in batch]))
 
     def close(self) -> None:
         self._file.flush()

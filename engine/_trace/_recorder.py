@@ -10,8 +10,9 @@ so a runtime opened without a recorder builds no record and no tuple: the
 cost of an emit point nobody listens to is one attribute read and one test.
 With a recorder, :meth:`Recorder.add` appends one tuple ``(class, at,
 *fields)`` to a list, nothing more; every ``batch`` events (and on
-:meth:`Recorder.flush`) the tuples become records and go to the sinks, in
-order, in the task that emitted the last one. No thread, no task and no
+:meth:`Recorder.flush`) the tuples go to the sinks, in order, in the task
+that emitted the last one; each sink makes of them what it writes (the JSON
+Lines sink writes text straight from the tuples, without a record). No thread, no task and no
 clock read beyond the event's own: under ``trio.testing.MockClock`` the same
 run records the same events.
 """
@@ -22,16 +23,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from ._records import event_of
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._records import Event
+    from ._records import Event, Raw
 
 
 class Sink(Protocol):
-    """Receives events in batches, in order; closed once, after the last batch."""
+    """Receives raw events (``(class, at, *fields)``, see :func:`event_of`) in batches,
+    in order; closed once, after the last batch."""
 
-    def write(self, events: list[Event]) -> None: ...
+    def write(self, batch: list[Raw]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -42,8 +46,8 @@ class ListSink:
     def __init__(self) -> None:
         self.events: list[Event] = []
 
-    def write(self, events: list[Event]) -> None:
-        self.events.extend(events)
+    def write(self, batch: list[Raw]) -> None:
+        self.events.extend([event_of(raw) for raw in batch])
 
     def close(self) -> None:
         pass
@@ -84,9 +88,8 @@ class Recorder:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        events = [kind(*values) for kind, *values in pending]
         for sink in self.sinks:
-            sink.write(events)
+            sink.write(pending)
 
     def close(self) -> None:
         """Flush, then close every sink (once)."""
