@@ -77,10 +77,18 @@ class ChromeTraceSink:
         self._count = 0
         self._file.write('{"traceEvents":[\n')
         for pid, name in _PROCESSES.items():
-            self._put({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                       "args": {"name": name}})  # fmt: skip
-            self._put({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                       "args": {"sort_index": pid}})  # fmt: skip
+            self._put(
+                {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
+            )
+            self._put(
+                {
+                    "ph": "M",
+                    "name": "process_sort_index",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"sort_index": pid},
+                }
+            )
         self._rows = _Lanes(self, _ROWS)
         self._calls = _Lanes(self, _CALLS)
         self._writer = _Lanes(self, _WRITER)
@@ -96,10 +104,18 @@ class ChromeTraceSink:
         self._count += 1
 
     def meta(self, pid: int, tid: int, name: str) -> None:
-        self._put({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                   "args": {"name": name}})  # fmt: skip
-        self._put({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                   "args": {"sort_index": tid}})  # fmt: skip
+        self._put(
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+        )
+        self._put(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
+        )
 
     def _us(self, at: float) -> float:
         assert self._t0 is not None
@@ -108,12 +124,30 @@ class ChromeTraceSink:
     def _slice(
         self, pid: int, tid: int, name: str, start: float, end: float, args: dict[str, Any]
     ) -> None:
-        self._put({"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": self._us(start),
-                   "dur": round(max(0.0, end - start) * 1e6, 3), "args": args})  # fmt: skip
+        self._put(
+            {
+                "ph": "X",
+                "name": name,
+                "pid": pid,
+                "tid": tid,
+                "ts": self._us(start),
+                "dur": round(max(0.0, end - start) * 1e6, 3),
+                "args": args,
+            }
+        )
 
     def _instant(self, pid: int, tid: int, name: str, at: float, args: dict[str, Any]) -> None:
-        self._put({"ph": "i", "s": "t", "name": name, "pid": pid, "tid": tid,
-                   "ts": self._us(at), "args": args})  # fmt: skip
+        self._put(
+            {
+                "ph": "i",
+                "s": "t",
+                "name": name,
+                "pid": pid,
+                "tid": tid,
+                "ts": self._us(at),
+                "args": args,
+            }
+        )
 
     # -- slices -------------------------------------------------------------
     def _begin(
@@ -152,13 +186,25 @@ class ChromeTraceSink:
     def _one(self, e: Event) -> None:
         at = e.at
         if isinstance(e, r.RunStarted):
-            self._begin(self._run_lanes, ("run", e.run), "run", f"run {e.run}", at,
-                        {"play": e.play, "attempt": e.attempt})  # fmt: skip
+            self._begin(
+                self._run_lanes,
+                ("run", e.run),
+                "run",
+                f"run {e.run}",
+                at,
+                {"play": e.play, "attempt": e.attempt},
+            )
         elif isinstance(e, r.RunFinished):
             self._end(self._run_lanes, ("run", e.run), at, {"status": e.status, "error": e.error})
         elif isinstance(e, r.RowAdmitted):
-            self._begin(self._rows, ("row", (e.map, e.row)), f"{e.map} page {e.page}", e.row,
-                        at, {"map": e.map, "page": e.page})  # fmt: skip
+            self._begin(
+                self._rows,
+                ("row", (e.map, e.row)),
+                f"{e.map} page {e.page}",
+                e.row,
+                at,
+                {"map": e.map, "page": e.page},
+            )
         elif isinstance(e, r.RowResolverStarted):
             self._row_phase((e.map, e.row), at, "resolver")
         elif isinstance(e, r.RowTerminal):
@@ -171,36 +217,67 @@ class ChromeTraceSink:
         elif isinstance(e, r.CallQueued):
             self._tool[e.call] = e.tool
         elif isinstance(e, r.CallStarted):
-            self._begin(self._calls, ("call", e.call), e.provider or e.tool, e.tool, at,
-                        {"call": e.call, "attempt": e.attempt})  # fmt: skip
+            self._begin(
+                self._calls,
+                ("call", e.call),
+                e.provider or e.tool,
+                e.tool,
+                at,
+                {"call": e.call, "attempt": e.attempt},
+            )
         elif isinstance(e, r.CallFinished):
             self._end(self._calls, ("call", e.call), at, {"outcome": e.outcome, "error": e.error})
         elif isinstance(e, r.CallSettled):
             self._tool.pop(e.call, None)
         elif isinstance(e, r.FetchStarted):
-            self._begin(self._calls, ("fetch", e.fetch), "fetches", f"{e.method} {e.url}", at,
-                        {"row": e.row})  # fmt: skip
+            self._begin(
+                self._calls,
+                ("fetch", e.fetch),
+                "fetches",
+                f"{e.method} {e.url}",
+                at,
+                {"row": e.row},
+            )
         elif isinstance(e, r.FetchPhase):
             self._fetch_phase(e.fetch, at, e.phase)
         elif isinstance(e, r.FetchFinished):
             self._fetch_phase(e.fetch, at, None)
-            self._end(self._calls, ("fetch", e.fetch), at,
-                      {"status": e.status, "bytes": e.bytes, "error": e.error})  # fmt: skip
+            self._end(
+                self._calls,
+                ("fetch", e.fetch),
+                at,
+                {"status": e.status, "bytes": e.bytes, "error": e.error},
+            )
         elif isinstance(e, r.WriterBatchStarted):
-            self._begin(self._writer, ("batch", e.map), e.map, f"write {e.rows} rows", at,
-                        {"rows": e.rows, "bytes": e.bytes})  # fmt: skip
+            self._begin(
+                self._writer,
+                ("batch", e.map),
+                e.map,
+                f"write {e.rows} rows",
+                at,
+                {"rows": e.rows, "bytes": e.bytes},
+            )
         elif isinstance(e, r.WriterBatchCommitted):
             self._end(self._writer, ("batch", e.map), at, {"outcome": "committed"})
         elif isinstance(e, r.WriterBatchFailed):
-            self._end(self._writer, ("batch", e.map), at,
-                      {"outcome": "failed", "error": e.error, "unknown": e.unknown})  # fmt: skip
+            self._end(
+                self._writer,
+                ("batch", e.map),
+                at,
+                {"outcome": "failed", "error": e.error, "unknown": e.unknown},
+            )
         elif isinstance(e, r.MapStall):
             tid = self._rows.first(f"{e.map} page {e.page}")
             self._instant(_ROWS, tid, f"stall: {e.cause}", at, e.report)
         elif isinstance(e, r.LoopLag):
             tid = self._run_lanes.first("run")
-            self._instant(_RUN, tid, f"loop lag {e.lag_ms:.0f} ms", at,
-                          {"lag_ms": e.lag_ms, "threshold_ms": e.threshold_ms})  # fmt: skip
+            self._instant(
+                _RUN,
+                tid,
+                f"loop lag {e.lag_ms:.0f} ms",
+                at,
+                {"lag_ms": e.lag_ms, "threshold_ms": e.threshold_ms},
+            )
 
     def _fetch_phase(self, fetch: int, at: float, phase: str | None) -> None:
         key = ("fetch", fetch)
@@ -223,6 +300,7 @@ class ChromeTraceSink:
                 self._slice(pid, tid, name, start, self._last, {**args, "unfinished": True})
                 if phase is not None:
                     self._slice(pid, tid, phase[1], phase[0], self._last, {"unfinished": True})
-        self._file.write('],"displayTimeUnit":"ms","otherData":{"trioplay_events_version":'
-                         f"{r.VERSION}}}}}\n")  # fmt: skip
+        self._file.write(
+            f'],"displayTimeUnit":"ms","otherData":{{"trioplay_events_version":{r.VERSION}}}}}\n'
+        )
         self._file.flush()

@@ -15,6 +15,7 @@ field changes meaning, is removed or renamed).
 from __future__ import annotations
 
 import json
+import types
 from typing import Any, ClassVar
 
 import attrs
@@ -354,7 +355,21 @@ def _register(cls: type[Event]) -> None:
 
 
 for _cls in EVENT_TYPES.values():
+    attrs.resolve_types(_cls)
     _register(_cls)
+
+
+def declared(field: attrs.Attribute[Any]) -> str:
+    """A field's declared type, spelled as in the source: ``str``, ``int | None``..."""
+    return _spelled(field.type)
+
+
+def _spelled(kind: Any) -> str:
+    if isinstance(kind, types.UnionType):
+        return " | ".join("None" if arg is type(None) else _spelled(arg) for arg in kind.__args__)
+    if isinstance(kind, type):
+        return kind.__name__
+    return str(kind).replace("typing.", "")
 
 
 Raw = tuple[Any, ...]
@@ -369,7 +384,7 @@ def event_of(raw: Raw) -> Event:
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _SCALARS: dict[type, Any] = {
-    str: json.encoder.encode_basestring,  # type: ignore[attr-defined]
+    str: json.encoder.encode_basestring,
     int: int.__repr__,
     float: float.__repr__,  # the events' floats are finite: json writes them the same
     bool: lambda value: "true" if value else "false",
@@ -382,7 +397,7 @@ _LINES: dict[type, Any] = {}
 
 def _value(value: Any) -> str:
     write = _SCALARS.get(type(value))
-    return write(value) if write is not None else _encode(value)  # type: ignore[no-any-return]
+    return write(value) if write is not None else _encode(value)
 
 
 def _line_function(kind: type[Event]) -> Any:
@@ -390,9 +405,9 @@ def _line_function(kind: type[Event]) -> Any:
     head = _encode({"type": kind.TYPE, "v": VERSION})[:-1]
     pieces = [repr(head)]
     for index, field in enumerate(attrs.fields(kind), 1):
-        declared = str(field.type)
-        optional = declared.endswith(" | None")
-        writer = _WRITERS.get(declared.removesuffix(" | None"), "E")
+        spelled = declared(field)
+        optional = spelled.endswith(" | None")
+        writer = _WRITERS.get(spelled.removesuffix(" | None"), "E")
         value = f"{writer}(raw[{index}])"
         if optional:
             value = f"('null' if raw[{index}] is None else {value})"
@@ -400,7 +415,7 @@ def _line_function(kind: type[Event]) -> Any:
     pieces.append(repr("}\n"))
     source = "def line(raw):\n    return " + " + ".join(pieces) + "\n"
     scope = {
-        "S": json.encoder.encode_basestring,  # type: ignore[attr-defined]
+        "S": json.encoder.encode_basestring,
         "I": int.__repr__,
         "F": float.__repr__,
         "B": _SCALARS[bool],
