@@ -66,8 +66,12 @@ def test_the_jsonl_fast_path_writes_what_the_converter_does(event: Event) -> Non
 def test_a_value_not_of_its_declared_type_still_writes_valid_json() -> None:
     kind = EVENT_TYPES["loop.lag"]
     assert json.loads(json_line((kind, 1.0, 7, 5))) == {
-        "type": "loop.lag", "v": VERSION, "at": 1.0, "lag_ms": 7, "threshold_ms": 5
-    }  # fmt: skip
+        "type": "loop.lag",
+        "v": VERSION,
+        "at": 1.0,
+        "lag_ms": 7,
+        "threshold_ms": 5,
+    }
 
 
 def test_every_type_is_covered_once() -> None:
@@ -79,13 +83,24 @@ def test_every_type_is_covered_once() -> None:
     ("data", "problem"),
     [
         ({"type": "row.nope", "v": VERSION, "at": 0.0}, "not an event type"),
-        ({"type": "loop.lag", "v": VERSION + 1, "at": 0.0, "lag_ms": 1.0, "threshold_ms": 1.0},
-         "schema version"),
+        (
+            {"type": "loop.lag", "v": VERSION + 1, "at": 0.0, "lag_ms": 1.0, "threshold_ms": 1.0},
+            "schema version",
+        ),
         ({"type": "loop.lag", "v": VERSION, "at": 0.0, "lag_ms": 1.0}, "loop.lag"),
-        ({"type": "loop.lag", "v": VERSION, "at": 0.0, "lag_ms": 1.0, "threshold_ms": 1.0,
-          "extra": 1}, "loop.lag"),
+        (
+            {
+                "type": "loop.lag",
+                "v": VERSION,
+                "at": 0.0,
+                "lag_ms": 1.0,
+                "threshold_ms": 1.0,
+                "extra": 1,
+            },
+            "loop.lag",
+        ),
     ],
-)  # fmt: skip
+)
 def test_what_is_not_an_event_is_refused(data: dict[str, Any], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         from_json(data)

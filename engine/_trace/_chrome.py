@@ -124,14 +124,15 @@ class ChromeTraceSink:
     def _slice(
         self, pid: int, tid: int, name: str, start: float, end: float, args: dict[str, Any]
     ) -> None:
+        ts = self._us(start)  # dur from the rounded ends: adjacent slices stay adjacent
         self._put(
             {
                 "ph": "X",
                 "name": name,
                 "pid": pid,
                 "tid": tid,
-                "ts": self._us(start),
-                "dur": round(max(0.0, end - start) * 1e6, 3),
+                "ts": ts,
+                "dur": round(max(0.0, self._us(end) - ts), 3),
                 "args": args,
             }
         )
