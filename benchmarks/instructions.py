@@ -78,9 +78,9 @@ def run(
             "instructions: valgrind is not installed (Debian: apt-get install valgrind);"
             " the timed benchmarks (throughput, compare) need nothing more"
         )
-    unknown = set(contenders) - set(throughput.CONTENDERS)
+    unknown = set(contenders) - set(throughput.KNOWN)
     if unknown:
-        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {throughput.CONTENDERS}")
+        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {throughput.KNOWN}")
     small = max(1, rows // 5)
     print(f"instructions: {small:,} and {rows:,} rows under callgrind, per row of the difference")
     started = time.time()

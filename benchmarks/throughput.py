@@ -16,6 +16,9 @@ the same two zero-latency tool functions (see :mod:`benchmarks.workload`):
 - ``memory``: trioplay on ``memory://``.
 - ``sqlite``: trioplay on ``sqlite:///`` (a fresh file in a temporary
   directory each time).
+- ``memory-events``, ``sqlite-events`` (only when named, as in
+  ``instructions --only memory-events``): the same, recording every event
+  to a JSON Lines file as ``trioplay run --events FILE`` does.
 
 The baseline is the faster of the two raw-Trio variants in each run; both are
 printed. The contenders run in rounds, in that order, each in its own
@@ -42,6 +45,7 @@ run, and closing them; not the sheet count that checks it afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import os
@@ -53,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 import trioplay
+from trioplay._trace import JsonlSink, Recorder
 
 from .floor import floor_sqlite, floor_store
 from .workload import (
@@ -83,7 +88,11 @@ CONTENDERS = (
     "memory",
     "sqlite",
 )
-ENGINE = ("memory", "sqlite")  # the contenders that run trioplay itself
+TRACED = ("memory-events", "sqlite-events")
+"""``memory`` and ``sqlite`` recording every event to a JSON Lines file, as ``--events``
+does; run only when named (``--only``), not in the default race."""
+KNOWN = CONTENDERS + TRACED
+ENGINE = ("memory", "sqlite", *TRACED)  # the contenders that run trioplay itself
 STEP_ROWS = 2_000
 TARGET_ROWS_PER_S = 10_000
 TARGET_RATIO = 0.25
@@ -156,26 +165,40 @@ async def baseline_limiter(n: int) -> dict[str, Any]:
 
 
 # -- trioplay ---------------------------------------------------------------
-async def run_trioplay(n: int, store: str) -> dict[str, Any]:
+async def run_trioplay(n: int, store: str, events: Path | None = None) -> dict[str, Any]:
     """One fresh run of the benchmark play; returns its output and stats.
 
     The time counts opening the store, the run and closing the store, not the
-    sheet count that checks the run afterwards.
+    sheet count that checks the run afterwards. ``events``: record every event
+    to that JSON Lines file, as ``trioplay run --events`` does (the time counts
+    writing it).
     """
     clock = _Stopwatch()
-    async with trioplay.open_runtime(store=store, tools=registry()) as rt:
-        output = await rt.run(enrich_play, {"rows": n}, run_id=f"bench-{n}")
-        stats = rt.last_stats
-        clock.pause()
-        counts = await rt.store.count_rows(f"bench-{n}", DATASET)
-        clock.resume()
+    with contextlib.ExitStack() as files:
+        recorder = None
+        if events is not None:
+            recorder = Recorder(JsonlSink(files.enter_context(events.open("w", encoding="utf-8"))))
+        async with trioplay.open_runtime(store=store, tools=registry(), recorder=recorder) as rt:
+            output = await rt.run(enrich_play, {"rows": n}, run_id=f"bench-{n}")
+            stats = rt.last_stats
+            clock.pause()
+            counts = await rt.store.count_rows(f"bench-{n}", DATASET)
+            clock.resume()
+        if recorder is not None:
+            recorder.close()
     return {
         **clock.read(),
         **output,
         "provider_calls": stats.provider_calls if stats else None,
         "replayed": stats.replayed if stats else None,
         "sheet": counts,
+        "events": _count_lines(events) if events is not None else None,
     }
+
+
+def _count_lines(path: Path) -> int:
+    with path.open(encoding="utf-8") as file:
+        return sum(1 for _ in file)
 
 
 class _GcClock:
@@ -226,8 +249,9 @@ def _contender(name: str, n: int, tmp: Path, tag: str) -> Callable[[], Awaitable
         return lambda: timed_floor(floor_sqlite, n, tmp / f"{tag}-floor.db")
     if name == "floor-store":
         return lambda: timed_floor(floor_store, n, tmp / f"{tag}-floor-store.db")
-    url = "memory://" if name == "memory" else f"sqlite:///{tmp / f'{tag}.db'}"
-    return lambda: run_trioplay(n, url)
+    url = "memory://" if name.startswith("memory") else f"sqlite:///{tmp / f'{tag}.db'}"
+    events = tmp / f"{tag}-events.jsonl" if name in TRACED else None
+    return lambda: run_trioplay(n, url, events)
 
 
 async def timed_floor(
@@ -247,6 +271,9 @@ def _check(name: str, n: int, out: dict[str, Any]) -> None:
     check_output(out, n, out["provider_calls"])
     if out["sheet"].get("completed") != n:
         raise AssertionError(f"{name}: the sheet holds {out['sheet']}, expected {n} completed")
+    # At least one event per row and per call for every row (admitted ... committed).
+    if name in TRACED and out["events"] < 5 * n + 2 * 2 * n:
+        raise AssertionError(f"{name}: only {out['events']} events recorded for {n} rows")
 
 
 def measure(name: str, n: int, tmp: Path, tag: str) -> dict[str, Any]:
@@ -279,13 +306,13 @@ def run(
 ) -> dict[str, Any]:
     """Run the throughput benchmark, print a table, and return (and save) the results.
 
-    ``contenders`` picks some of :data:`CONTENDERS` (say ``("sqlite",)`` to
+    ``contenders`` picks some of :data:`KNOWN` (say ``("sqlite",)`` to
     profile one); ratios are printed only when a baseline ran.
     """
-    unknown = set(contenders) - set(CONTENDERS)
+    unknown = set(contenders) - set(KNOWN)
     if unknown:
-        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
-    names = [name for name in CONTENDERS if name in contenders]
+        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {', '.join(KNOWN)}")
+    names = [name for name in KNOWN if name in contenders]
     print(f"throughput: {rows:,} rows, 2 zero-latency tool columns, best of {rounds} round(s)")
     samples: dict[str, list[float]] = {name: [] for name in names}
     gc_seconds: dict[str, list[float]] = {name: [] for name in names}

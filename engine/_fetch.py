@@ -50,12 +50,15 @@ from ._egress import (
 )
 from ._errors import FetchError, FetchTimeout, UnsafeOutboundUrl
 from ._json import canonical_json, loads
+from ._phase import current_row
+from ._trace._records import FetchFinished, FetchPhase, FetchStarted
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from types import TracebackType
 
     from ._limits import FetchTimeouts, Limits
+    from ._trace import Recorder
 
 MAX_REDIRECTS = 10
 REDACTED = "[REDACTED]"
@@ -310,7 +313,10 @@ class Fetcher:
         allow_networks: Sequence[str] = (),
         transport: httpx.AsyncBaseTransport | None = None,
         resolve: Resolver | None = None,
+        trace: Recorder | None = None,
     ) -> None:
+        self._trace = trace
+        self._fetches = 0  # numbers the fetches in the events
         self._timeouts = timeouts
         self._limits = limits
         self._policy = EgressPolicy.from_cidrs(allow_networks)
@@ -397,8 +403,27 @@ class Fetcher:
         )
         self._remember(headers, auth)
         deadlines = _Deadlines.start(timeouts or self._timeouts)
-        with deadlines.total():
-            response = await self._follow(outgoing, deadlines)
+        trace = self._trace
+        if trace is None:
+            with deadlines.total():
+                return await self._follow(outgoing, deadlines, 0)
+        self._fetches += 1
+        number = self._fetches
+        row = current_row()
+        trace.add(
+            FetchStarted,
+            number,
+            outgoing.method,
+            self.redact(str(outgoing.url)),
+            row.key if row is not None else None,
+        )
+        try:
+            with deadlines.total():
+                response = await self._follow(outgoing, deadlines, number)
+        except BaseException as exc:
+            trace.add(FetchFinished, number, None, 0, type(exc).__name__)
+            raise
+        trace.add(FetchFinished, number, response.status, len(response.text), None)
         return response
 
     def _remember(self, headers: Mapping[str, HeaderValue] | None, auth: Secret | None) -> None:
@@ -406,16 +431,22 @@ class Fetcher:
         secrets = [value for value in (headers or {}).values() if isinstance(value, Secret)]
         self._secrets.update(secret.value for secret in [*secrets, *([auth] if auth else [])])
 
-    async def _follow(self, outgoing: _Outgoing, deadlines: _Deadlines) -> FetchResponse:
+    def _phase(self, number: int, phase: str, attempt: int) -> None:
+        if self._trace is not None:
+            self._trace.add(FetchPhase, number, phase, attempt)
+
+    async def _follow(
+        self, outgoing: _Outgoing, deadlines: _Deadlines, number: int
+    ) -> FetchResponse:
         for _hop in range(MAX_REDIRECTS + 1):
-            response, body, next_hop = await self._hop(outgoing, deadlines)
+            response, body, next_hop = await self._hop(outgoing, deadlines, number)
             if next_hop is None:
                 return self._finish(response, body)
             outgoing = next_hop
         raise FetchError(f"more than {MAX_REDIRECTS} redirects, last to {_describe(outgoing.url)}")
 
     async def _hop(
-        self, outgoing: _Outgoing, deadlines: _Deadlines
+        self, outgoing: _Outgoing, deadlines: _Deadlines, number: int
     ) -> tuple[httpx.Response, bytes, _Outgoing | None]:
         """Send one hop's request and read its body (none for a redirect: its next hop).
 
@@ -431,6 +462,7 @@ class Fetcher:
         while True:
             attempt += 1
             reading = False
+            self._phase(number, "headers", attempt)
             try:
                 with deadlines.phase("headers"):
                     if destination is None:
@@ -440,6 +472,8 @@ class Fetcher:
                 try:
                     next_hop = _redirect(outgoing, response)
                     reading = next_hop is None
+                    if reading:
+                        self._phase(number, "body", attempt)
                     body = await self._read_body(response, deadlines) if reading else b""
                 finally:
                     await self._close(response, deadlines)
@@ -456,6 +490,7 @@ class Fetcher:
                             f"{what} failed after {attempt} attempt(s): {type(exc).__name__}: {exc}"
                         )
                     ) from exc
+            self._phase(number, "retry", attempt)
             await trio.sleep(self._limits.fetch_retry_delay * attempt)
 
     async def _read_body(self, response: httpx.Response, deadlines: _Deadlines) -> bytes:

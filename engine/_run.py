@@ -22,6 +22,7 @@ from ._events import RuntimeEvent, deliver
 from ._keys import fetch_receipt_key
 from ._phase import StoreCalls, current_row
 from ._receipts import Dispatcher, local_executor
+from ._trace._records import PlayLog
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from ._limits import FetchTimeouts, Limits
     from ._store import Store
     from ._tools import ToolCall
+    from ._trace import Recorder
 
 play_log = logging.getLogger("trioplay.play")
 
@@ -52,6 +54,8 @@ class RunServices:
     receipts: Dispatcher
     fetcher: Callable[[], Awaitable[Fetcher]]
     on_event: EventSink | None = None
+    trace: Recorder | None = None
+    """Where the typed events go, or ``None``: test it before building one."""
     store_calls: StoreCalls = attrs.field(factory=StoreCalls)
     """The run's store calls in flight (``store`` reports to it), for the stall line."""
     datasets: set[str] = attrs.field(factory=set)
@@ -69,6 +73,8 @@ class RunServices:
         else:
             play_log.info("[%s] %s", self.run_id, message)
         self.emit("play.log", {"message": str(message), **where})
+        if self.trace is not None:
+            self.trace.add(PlayLog, str(message), where.get("map"), where.get("row"))
 
     async def step(
         self, receipt_key: str, name: str, fn: Callable[[], Any], stale_after: float | None

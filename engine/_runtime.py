@@ -34,6 +34,7 @@ from ._receipts import DispatchStats, open_dispatcher
 from ._run import RunServices
 from ._store import Store
 from ._tools import ToolRegistry
+from ._trace._records import RunFinished, RunStarted
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from ._fetch import Fetcher, FetchResponse
     from ._receipts import Dispatcher
     from ._records import RunStatus
+    from ._trace import Recorder
 
 log = logging.getLogger("trioplay")
 
@@ -102,6 +104,7 @@ class Runtime:
         exit_stack: AsyncExitStack,
         on_event: EventSink | None,
         wall_clock: Callable[[], float],
+        recorder: Recorder | None = None,
     ) -> None:
         self.store = store
         self.tools = tools
@@ -113,6 +116,8 @@ class Runtime:
         self._fetcher: Fetcher | None = None
         self._fetcher_lock = trio.Lock()
         self.on_event = on_event
+        self.trace = recorder
+        """Where the typed events go (``open_runtime(recorder=...)``), or ``None``."""
         self.wall_clock = wall_clock
         self.governor = Governor(limits.max_concurrent_external_calls, limits.max_provider_share)
         self.row_limiter = trio.CapacityLimiter(limits.max_concurrent_rows)
@@ -133,6 +138,7 @@ class Runtime:
                             limits=self.limits,
                             allow_networks=self.allow_networks,
                             transport=self._http_transport,
+                            trace=self.trace,
                         )
                     )
         return self._fetcher
@@ -173,6 +179,8 @@ class Runtime:
                 input_json=input_json,
             )
         self._emit(run_id, "run.started", {"play": name, "attempt": record.attempt})
+        if self.trace is not None:
+            self.trace.add(RunStarted, run_id, name, record.attempt)
         status: RunStatus = "failed"
         error: str | None = None
         output_json: str | None = None
@@ -191,6 +199,7 @@ class Runtime:
                 owner=self.owner,
                 wall_clock=self.wall_clock,
                 fetch=self.raw_fetch,
+                trace=self.trace,
             ) as dispatcher:
                 stats = dispatcher.stats
                 services = RunServices(
@@ -206,6 +215,7 @@ class Runtime:
                     receipts=dispatcher,
                     fetcher=self.fetcher,
                     on_event=self.on_event,
+                    trace=self.trace,
                     store_calls=store_calls,
                 )
                 returned: list[Any] = []
@@ -275,6 +285,8 @@ class Runtime:
                 "run.finished",
                 {"status": status, "error": error, "stats": _stats_dict(stats)},
             )
+            if self.trace is not None:
+                self.trace.add(RunFinished, run_id, status, error)
 
     def _emit(self, run_id: str, type: str, data: dict[str, Any]) -> None:
         deliver(self.on_event, RuntimeEvent(type, run_id, trio.current_time(), data))
@@ -342,6 +354,7 @@ async def open_runtime(
     on_event: EventSink | None = None,
     http_transport: Any = None,
     wall_clock: Callable[[], float] = time.time,
+    recorder: Recorder | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: ``async with open_runtime(store=..., tools=...) as rt:``.
 
@@ -349,13 +362,16 @@ async def open_runtime(
     ``sqlite:///path.db`` — the default is ``sqlite:///.trioplay/trioplay.db``
     — or ``postgresql://...``). ``allow_networks`` lists CIDR blocks
     ``fetch`` may reach although they are not public. ``on_event`` receives
-    every :class:`RuntimeEvent`. ``http_transport`` replaces the network for
+    every :class:`RuntimeEvent`; ``recorder`` (a :class:`trioplay.Recorder`) every typed
+    event of ``docs/events.md``. ``http_transport`` replaces the network for
     ``fetch`` (tests, scenarios); ``wall_clock`` is the clock of lease
     expiry and stored timestamps.
 
     On exit every task, socket and connection the runtime opened is closed.
     """
     limits = limits or Limits()
+    if recorder is not None:
+        recorder.bind_clock()
     resolved = _resolve_store(store)
     await resolved.open()
     try:
@@ -370,6 +386,7 @@ async def open_runtime(
                 exit_stack=exit_stack,
                 on_event=on_event,
                 wall_clock=wall_clock,
+                recorder=recorder,
             )
     finally:
         with trio.CancelScope(shield=True) as scope:

@@ -20,7 +20,7 @@ from trioplay._cli._config import _toml, keys
 from .support import CLI_TIMEOUT, TRIOPLAY
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text(encoding="utf-8")
-COMMANDS = ["demo", "run", "runs list", "runs show", "export", "config"]
+COMMANDS = ["demo", "run", "runs list", "runs show", "export", "config", "timeline"]
 COMMON = "Flags of every command"
 
 

@@ -1,4 +1,5 @@
-"""The commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``, ``config``.
+"""The commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``, ``config``,
+``timeline``.
 
 Each handler takes the parsed arguments and the session and returns an exit
 code; everything that touches a store runs inside one ``trio.run``.
@@ -33,9 +34,10 @@ from ._common import (
     _say,
 )
 from ._config import Config, Settings, format_config, load, start_folder
-from ._export import STDOUT, Format, StatusFilter, export_dataset, format_for
+from ._export import STDOUT, Format, StatusFilter, export_dataset, format_for, open_output
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
+from ._recording import open_recording
 from ._signals import cancel_on_signals
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 
     from .._store import Store
     from .._tools import ToolRegistry
+    from .._trace import Recorder
     from . import _Session
 
 
@@ -129,6 +132,8 @@ class _RunSpec:
     format: Format | None
     status: StatusFilter
     settings: Settings = attrs.field(factory=Settings)
+    events: str | None = None  # --events FILE.jsonl
+    trace: str | None = None  # --trace FILE.json
 
 
 @attrs.frozen
@@ -158,6 +163,8 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
         out=args.out,
         format=args.format,
         status=args.status,
+        events=args.events,
+        trace=args.trace,
     )
     return _execute(spec, session)
 
@@ -181,6 +188,8 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             format=args.format,
             status=args.status,
             settings=settings,
+            events=args.events,
+            trace=args.trace,
         )
         return _execute(spec, session)
 
@@ -268,6 +277,13 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
     the queries after it (the store may be gone by then) only leaves the
     sheet counts out of the summary.
     """
+    async with open_recording(spec.events, spec.trace) as recorder:
+        return await _run_recorded(spec, reporter, recorder)
+
+
+async def _run_recorded(
+    spec: _RunSpec, reporter: RunReporter, recorder: Recorder | None
+) -> _Finished:
     settings = spec.settings
     async with open_runtime(
         store=spec.store,
@@ -276,6 +292,7 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
         fetch_timeouts=settings.fetch_timeouts,
         allow_networks=settings.allow_networks,
         on_event=reporter,
+        recorder=recorder,
     ) as rt:
         error: Exception | None = None
         try:
@@ -449,3 +466,30 @@ async def _export_command(
             known = ", ".join(datasets) or "none"
             raise UsageError(f"run {run_id!r} has no dataset {dataset!r}; its datasets: {known}")
         return await export_dataset(store, run_id, dataset, path, fmt=fmt, status=status)
+
+
+# -- timeline -------------------------------------------------------------------
+
+
+def _cmd_timeline(args: argparse.Namespace, session: _Session) -> int:
+    from .._trace import read_events
+    from .._trace._timeline import render_timeline
+
+    source: str = args.events
+    out: str = args.out or str(Path(source).with_suffix(".svg"))
+    try:
+        events = list(read_events(source))
+        svg = render_timeline(events)
+    except FileNotFoundError:
+        raise UsageError(f"{source}: no such file") from None
+    except ValueError as exc:
+        raise UsageError(f"{source}: not a recorded run's events ({exc})") from None
+    trio.run(_write_text, out, svg)
+    where = "standard output" if out == STDOUT else out
+    print(f"{where}: the timeline of {len(events):,} events", file=sys.stderr)
+    return EXIT_OK
+
+
+async def _write_text(path: str, text: str) -> None:
+    async with open_output(path) as file:
+        await file.write(text)

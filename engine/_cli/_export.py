@@ -76,7 +76,7 @@ async def export_dataset(
         header = [name for name in columns if name not in _EXTRA_COLUMNS]
         header += [name for name in _EXTRA_COLUMNS if name in columns]
     count = 0
-    async with _output(os.fspath(path)) as file:
+    async with open_output(os.fspath(path)) as file:
         if fmt == "csv" and header:
             await file.write(_csv_text([header]))
         pages = _sheet_pages(store, run_id, dataset, wanted, last_position)
@@ -89,8 +89,13 @@ async def export_dataset(
 
 
 @contextlib.asynccontextmanager
-async def _output(path: str) -> AsyncIterator[Any]:
-    """An async text file for ``path``, by kind (see the module docstring)."""
+async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterator[Any]:
+    """An async text file for ``path``, by kind (see the module docstring).
+
+    A regular file whose writer fails is removed, unless ``keep_on_error``:
+    then what was written is renamed into place all the same (the events of
+    a run that failed or was interrupted are what explains it).
+    """
     if path == STDOUT:
         stdout = trio.wrap_file(sys.stdout)
         yield stdout
@@ -120,7 +125,10 @@ async def _output(path: str) -> AsyncIterator[Any]:
         await partial.replace(target)
     except BaseException:
         with trio.CancelScope(shield=True):
-            await partial.unlink(missing_ok=True)
+            if keep_on_error:
+                await partial.replace(target)
+            else:
+                await partial.unlink(missing_ok=True)
         raise
 
 

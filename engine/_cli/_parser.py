@@ -15,6 +15,7 @@ from ._commands import (
     _cmd_run,
     _cmd_runs_list,
     _cmd_runs_show,
+    _cmd_timeline,
 )
 from ._common import DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
 from ._config import CONFIG_FILE, parse_limit
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", metavar="FILE", default=DEMO_OUT, help=f"output file (default: {DEMO_OUT})"
     )
     _add_output_options(demo)
+    _add_recording_options(demo)
     demo.set_defaults(command=_cmd_demo)
 
     run = commands.add_parser(
@@ -111,7 +113,26 @@ def build_parser() -> argparse.ArgumentParser:
         "output), several to FILE-stem.<dataset>.<ext>",
     )
     _add_output_options(run)
+    _add_recording_options(run)
     run.set_defaults(command=_cmd_run)
+
+    timeline = commands.add_parser(
+        "timeline",
+        parents=[common],
+        help="draw the timeline of a recorded run as SVG",
+        description=(
+            "Draw the events a run recorded (run --events FILE.jsonl) as one SVG picture: "
+            "rows in flight by phase, commits per interval, provider concurrency and the "
+            "stall lines, on one time axis."
+        ),
+    )
+    timeline.add_argument("events", metavar="EVENTS.jsonl", help="the events of a run")
+    timeline.add_argument(
+        "--out",
+        metavar="FILE.svg",
+        help="the picture to write (- for standard output; default: EVENTS with .svg)",
+    )
+    timeline.set_defaults(command=_cmd_timeline)
 
     runs = commands.add_parser("runs", parents=[common], help="list runs, or show one")
     runs_commands = runs.add_subparsers(title="commands", metavar="COMMAND", required=True)
@@ -194,6 +215,19 @@ def _add_run_settings(parser: argparse.ArgumentParser) -> None:
         dest="limits",
         type=_limit,
         help="set one trioplay.Limits field, e.g. page_size=500 (repeatable)",
+    )
+
+
+def _add_recording_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--events",
+        metavar="FILE.jsonl",
+        help="record the run's events to FILE, one JSON object a line (docs/events.md)",
+    )
+    parser.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        help="write a Chrome trace of the run to FILE (opens in Perfetto, chrome://tracing)",
     )
 
 

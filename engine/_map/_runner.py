@@ -35,6 +35,20 @@ from .._phase import enter_row, leave_row
 from .._records import PageLease, SheetRow
 from .._row_context import RowContext
 from .._sources import open_source
+from .._trace._cause import stall_cause
+from .._trace._records import (
+    MapFinished,
+    MapProgress,
+    MapStall,
+    MapStarted,
+    PageFinished,
+    PageStarted,
+    RowAdmitted,
+    RowCommitted,
+    RowResolverStarted,
+    RowTerminal,
+    RowWriterAdmitted,
+)
 from ._pages import Page, PageLeases
 from ._plan import Plan, RowPlanner
 from ._result import PREVIEW_ROWS, MapResult
@@ -106,6 +120,7 @@ class _MapRun:
         page_size: int,
     ) -> None:
         self.services = services
+        self.trace = services.trace  # tested at each emit point: None when nobody listens
         self.name = name
         self.source = source
         self.columns = columns
@@ -139,11 +154,34 @@ class _MapRun:
             max_flush=limits.writer_max_flush,
             cleanup_timeout=limits.cleanup_timeout,
             on_commit=self._on_commit,
+            trace=services.trace,
         )
         self.progress_dirty = False
 
     # -- the whole map ------------------------------------------------------
     async def run(self) -> MapResult:
+        trace = self.trace
+        if trace is None:
+            return await self._run()
+        status = "failed"
+        try:
+            result = await self._run()
+            status = "completed"
+            return result
+        finally:
+            r = self.result
+            trace.add(
+                MapFinished,
+                self.name,
+                status,
+                r.completed_count,
+                r.failed_count,
+                r.skipped_count,
+                r.duplicate_count,
+                self.writer.unconfirmed,
+            )
+
+    async def _run(self) -> MapResult:
         if self.name in self.services.datasets:
             # An earlier map of this attempt wrote rows to this sheet that
             # this one will skip: rows() must read them from the sheet.
@@ -153,6 +191,8 @@ class _MapRun:
         self.total = opened.total
         emit = self.services.emit
         emit("map.started", {"map": self.name, "total": self.total})
+        if self.trace is not None:
+            self.trace.add(MapStarted, self.services.run_id, self.name, self.total)
         error: Exception | None = None
         try:
             async with open_nursery() as nursery:
@@ -173,7 +213,7 @@ class _MapRun:
         finally:
             # The last counts, also of a map that failed, and of one whose
             # writer failed (its error leaves the nursery before this line).
-            emit("map.progress", self._counts())
+            self._progress()
         if error is not None:
             raise error
         self.services.receipts.raise_if_latched(f"dataset {self.name!r}")
@@ -278,11 +318,14 @@ class _MapRun:
                 page_offset=offset,
                 interval=self.limits.stall_log_interval,
                 writer_diagnostics=self.writer.diagnostics,
-                emit=lambda report: services.emit("map.stall", report),
+                emit=self._stalled,
                 store_calls=services.store_calls,
             )
             limiter = services.row_limiter
             budget = services.row_budget
+            trace = self.trace
+            if trace is not None:
+                trace.add(PageStarted, self.name, offset, len(planned))
             with self.writer.sender() as sender:
                 page = Page(offset, observer, sender)
                 async with open_nursery() as nursery:
@@ -308,6 +351,8 @@ class _MapRun:
                                 limiter.release_on_behalf_of(token)
                                 raise
                             page.outstanding += 1
+                            if trace is not None:
+                                trace.add(RowAdmitted, self.name, offset, key)
                             rows.start_soon(
                                 self._run_row, page, position, key, data, token, reserved
                             )
@@ -318,9 +363,15 @@ class _MapRun:
                     await page.settled.wait()
                     nursery.cancel_scope.cancel()
             if page.lost:
+                if self.trace is not None:
+                    self.trace.add(PageFinished, self.name, offset, "lost")
                 return
             await self.pages.finish(lease, page)
+            if self.trace is not None:
+                self.trace.add(PageFinished, self.name, offset, "done")
         except BaseException:
+            if self.trace is not None:
+                self.trace.add(PageFinished, self.name, offset, "failed")
             spawned.set()  # the pages after it must not wait for it
             if page is None or not page.released:
                 await self.pages.release(lease)
@@ -338,6 +389,8 @@ class _MapRun:
         services = self.services
         try:
             row, failure = await self._resolve(page, position, key, data)
+            if self.trace is not None:
+                self.trace.add(RowTerminal, self.name, key, row.status)
             terminal_token = page.observer.terminal_queued(key)
             size = len(row.data_json) + len(key) + 64
             self.sizes.observe(size)
@@ -352,6 +405,8 @@ class _MapRun:
             del data
             await page.sender.send(TerminalRow(row, size, page, terminal_token, keep))
             page.observer.terminal_admitted(terminal_token)
+            if self.trace is not None:
+                self.trace.add(RowWriterAdmitted, self.name, key)
         except BaseException:
             page.row_settled()
             raise
@@ -371,6 +426,8 @@ class _MapRun:
             return self._failed_row(position, key, data, error), error
         observer = page.observer
         observer_token = observer.resolver_started(key)
+        if self.trace is not None:
+            self.trace.add(RowResolverStarted, self.name, key)
         rc = RowContext(self.services, self.name, key)
         # The row's phase, for the governor and fetch that run its calls in this task.
         row_phase = enter_row(observer.row_phase(observer_token))
@@ -418,9 +475,12 @@ class _MapRun:
     def _on_commit(self, batch: list[TerminalRow]) -> None:
         result = self.result
         done = self.planner.done
+        trace = self.trace
         for item in batch:
             row = item.row
             done(row.key)
+            if trace is not None:
+                trace.add(RowCommitted, self.name, row.key, row.status)
             page: Page = item.page
             if row.status == "completed":
                 result.count_committed(row.position, row.data_json, item.size, item.data)
@@ -430,6 +490,14 @@ class _MapRun:
             page.observer.terminal_committed(item.token)
             page.row_settled()
         self.progress_dirty = True
+
+    def _stalled(self, report: dict[str, Any]) -> None:
+        """A page's stall line: the ``map.stall`` event, and its typed record."""
+        self.services.emit("map.stall", report)
+        if self.trace is not None:
+            phase = str(report.get("oldest_phase"))
+            cause = stall_cause(report)
+            self.trace.add(MapStall, self.name, report["page_offset"], phase, cause, dict(report))
 
     def _counts(self) -> dict[str, Any]:
         r = self.result
@@ -449,7 +517,13 @@ class _MapRun:
             await trio.sleep(self.limits.progress_flush_interval)
             if self.progress_dirty:
                 self.progress_dirty = False
-                self.services.emit("map.progress", self._counts())
+                self._progress()
+
+    def _progress(self) -> None:
+        counts = self._counts()
+        self.services.emit("map.progress", counts)
+        if self.trace is not None:
+            self.trace.add(MapProgress, *counts.values())
 
 
 def _not_serialisable(data: dict[str, Any], columns: Columns) -> RowOutputNotJsonSerializable:

@@ -45,6 +45,7 @@ import attrs
 import trio
 
 from .._errors import StoreError
+from .._trace._records import WriterBatchCommitted, WriterBatchFailed, WriterBatchStarted
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
     from .._records import SheetRow
     from .._store import SheetStore
+    from .._trace import Recorder
 
 
 @attrs.frozen
@@ -123,7 +125,9 @@ class TerminalRowWriter:
         max_flush: float,
         cleanup_timeout: float,
         on_commit: Callable[[list[TerminalRow]], None],
+        trace: Recorder | None = None,
     ) -> None:
+        self._trace = trace
         self._store = store
         self._run_id = run_id
         self._dataset = dataset
@@ -244,6 +248,8 @@ class TerminalRowWriter:
     async def _write(self, batch: list[TerminalRow]) -> None:
         self._active = batch
         self._active_started_at = trio.current_time()
+        if self._trace is not None:
+            self._traced(WriterBatchStarted, batch, sum(item.size for item in batch))
         try:
             await self._store.write_terminal_rows(
                 self._run_id, self._dataset, [item.row for item in batch]
@@ -252,13 +258,22 @@ class TerminalRowWriter:
             raise
         except BaseException as exc:
             self.error = exc
-            if isinstance(exc, StoreError) and exc.outcome_unknown:
+            unknown = isinstance(exc, StoreError) and exc.outcome_unknown
+            if unknown:
                 self.unconfirmed = len(batch)
             self._active = []
+            if self._trace is not None:
+                self._traced(WriterBatchFailed, batch, type(exc).__name__, unknown)
             raise
         self._active = []
         self._active_started_at = None
+        if self._trace is not None:
+            self._traced(WriterBatchCommitted, batch)
         self._on_commit(batch)
+
+    def _traced(self, kind: type[Any], batch: list[TerminalRow], *more: Any) -> None:
+        assert self._trace is not None
+        self._trace.add(kind, self._dataset, len(batch), *more)
 
     async def _final_flush(self, taken: list[TerminalRow]) -> None:
         # Rows whose write was cancelled may or may not have committed; writing
@@ -268,6 +283,8 @@ class TerminalRowWriter:
         self._active = []
         if not batch or self.error is not None:
             return
+        if self._trace is not None:
+            self._traced(WriterBatchStarted, batch, sum(item.size for item in batch))
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + self._cleanup_timeout
             try:
@@ -277,8 +294,14 @@ class TerminalRowWriter:
             except Exception as exc:
                 unknown = isinstance(exc, StoreError) and exc.outcome_unknown
                 self.unconfirmed = len(batch) if unknown else len(cancelled)
+                if self._trace is not None:
+                    self._traced(WriterBatchFailed, batch, type(exc).__name__, unknown)
                 return
         if scope.cancelled_caught:
             self.unconfirmed = len(batch)
+            if self._trace is not None:
+                self._traced(WriterBatchFailed, batch, "Cancelled", True)
         else:
+            if self._trace is not None:
+                self._traced(WriterBatchCommitted, batch)
             self._on_commit(batch)

@@ -24,6 +24,7 @@ from .._errors import CorruptReceipt, ReceiptWaitTimeout, error_from_record
 from .._json import loads
 from .._owner import owner_is_dead
 from .._records import Claimed, ClaimRequest, Lease, Settled
+from .._trace._records import ReceiptClaimed, ReceiptReplayed, ReceiptWaited
 from ._call import CLAIMED, SETTLING, _Cohort
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from .._records import ClaimOutcome, Receipt
     from .._store import ReceiptStore
     from .._tools import BatchFunction, ToolSpec
+    from .._trace import Recorder
     from ._call import DispatchStats, _Call
 
 
@@ -59,7 +61,9 @@ class Claimer:
         execute: Callable[[list[tuple[_Call, Claimed]], BatchFunction | None], Awaitable[None]],
         heartbeat: Callable[[list[_Call], _Cohort], Awaitable[None]],
         release_shielded: Callable[[list[Lease]], Awaitable[None]],
+        trace: Recorder | None = None,
     ) -> None:
+        self._trace = trace
         self._store = store
         self._run_id = run_id
         self._owner = owner
@@ -134,6 +138,9 @@ class Claimer:
                 continue  # its owner left while the claim was out
             self._stats.replayed += 1
             value, error = replayed(receipt)
+            if self._trace is not None:
+                status = "corrupt" if isinstance(error, CorruptReceipt) else receipt.status
+                self._trace.add(ReceiptReplayed, call.key, status)
             deliver(call, value, error)
 
     def _start(self, owned: list[tuple[_Call, Claimed]], spec: ToolSpec | None) -> None:
@@ -141,7 +148,10 @@ class Claimer:
         if not owned:
             return
         cohort = _Cohort(len(owned))
+        trace = self._trace
         for call, claim in owned:
+            if trace is not None:
+                trace.add(ReceiptClaimed, call.key)
             call.state = CLAIMED
             call.lease_id = claim.lease_id
             call.expires_at = claim.lease_expires_at
@@ -167,6 +177,8 @@ class Claimer:
             if call.state >= SETTLING:
                 continue
             self._stats.waited += 1
+            if self._trace is not None:
+                self._trace.add(ReceiptWaited, call.key, receipt.owner or "")
             attempts = self._limits.receipt_wait_attempts
             if call.receipt_wait is not None:
                 attempts = max(0, math.ceil(call.receipt_wait / delay))

@@ -65,6 +65,7 @@ from .._groups import open_nursery
 from .._json import canonical_json
 from .._keys import tool_receipt_key
 from .._phase import calling
+from .._trace._records import CallQueued, ReceiptFollowed
 from ._call import DispatchStats, InFlight, _Call
 from ._claims import Claimer
 from ._execute import Executor
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     from .._limits import Limits
     from .._store import ReceiptStore
     from .._tools import FetchFunction, ToolRegistry
+    from .._trace import Recorder
     from ._call import Execute
 
 
@@ -99,15 +101,17 @@ class Dispatcher:
         nursery: trio.Nursery,
         wall_clock: Callable[[], float],
         fetch: FetchFunction | None,
+        trace: Recorder | None = None,
     ) -> None:
         self.stats = DispatchStats()
+        self._trace = trace
         self.run_id = run_id
         self.ended = False  # set when open_dispatcher's block is left: calls raise RunEnded
         inflight = InFlight()
         self._settler = settler = _Settler(
-            store, wall_clock, limits.cleanup_timeout, inflight.deliver, governor.release
+            store, wall_clock, limits.cleanup_timeout, inflight.deliver, governor.release, trace
         )
-        leases = Leases(store, wall_clock, limits)
+        leases = Leases(store, wall_clock, limits, trace)
         executor = Executor(
             governor=governor,
             limits=limits,
@@ -117,6 +121,7 @@ class Dispatcher:
             settler=settler,
             deliver=inflight.deliver,
             release_shielded=leases.release_shielded,
+            trace=trace,
         )
         claimer = Claimer(
             store=store,
@@ -131,6 +136,7 @@ class Dispatcher:
             execute=executor.execute,
             heartbeat=leases.heartbeat,
             release_shielded=leases.release_shielded,
+            trace=trace,
         )
         self._tools = tools
         self._governor = governor
@@ -206,6 +212,8 @@ class Dispatcher:
         # A forced call follows only a forced one: it must not take a cached value.
         if existing is not None and (existing.force or not force):
             self.stats.followed += 1
+            if self._trace is not None:
+                self._trace.add(ReceiptFollowed, key)
             return self._follow(existing)
         gate = self._gates.get(spec.provider)
         if gate is None:
@@ -229,6 +237,11 @@ class Dispatcher:
             row=calling(tool_id, spec.provider),
         )
         self._inflight[key] = call
+        if self._trace is not None:
+            row = call.row
+            self._trace.add(
+                CallQueued, key, "tool", tool_id, spec.provider, row.key if row else None
+            )
         lane = self._lanes.get(tool_id)
         if lane is None:
             lane = self._lanes[tool_id] = _Lane(self._flush, self._claim, spec, self._limits)
@@ -259,6 +272,8 @@ class Dispatcher:
         existing = self._inflight.get(key)
         if existing is not None and (existing.force or not force):
             self.stats.followed += 1
+            if self._trace is not None:
+                self._trace.add(ReceiptFollowed, key)
             return await self._follow(existing)
         call = _Call(
             operation=operation,
@@ -275,6 +290,10 @@ class Dispatcher:
             row=calling("fetch", "fetch") if kind == "fetch" else None,
         )
         self._inflight[key] = call
+        if self._trace is not None:
+            row = call.row
+            provider = "fetch" if kind == "fetch" else None
+            self._trace.add(CallQueued, key, operation, name, provider, row.key if row else None)
         effects = self._effects
         if effects is None:
             effects = self._effects = _EffectLane(self._claim, self._limits)
@@ -294,6 +313,7 @@ async def open_dispatcher(
     owner: str,
     wall_clock: Callable[[], float],
     fetch: FetchFunction | None,
+    trace: Recorder | None = None,
 ) -> AsyncIterator[Dispatcher]:
     """``async with open_dispatcher(...) as receipts:`` the receipts of one run.
 
@@ -317,6 +337,7 @@ async def open_dispatcher(
             nursery=nursery,
             wall_clock=wall_clock,
             fetch=fetch,
+            trace=trace,
         )
         await nursery.start(dispatcher._settler.run)
         try:

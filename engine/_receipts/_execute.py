@@ -32,6 +32,7 @@ from .._json import dumps, loads
 from .._keys import idempotency_key
 from .._records import Completion, Failure, Lease
 from .._tools import ToolCall
+from .._trace._records import CallAdmitted, CallFinished, CallStarted
 from ._call import DELIVERED, LOST, SETTLING, owner_gone, park, wake
 from ._leases import unsettled
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from .._limits import Limits
     from .._records import Claimed
     from .._tools import BatchFunction, FetchFunction
+    from .._trace import Recorder
     from ._call import DispatchStats, Execute, _Call
     from ._settler import Settlement, _Settler
 
@@ -60,7 +62,9 @@ class Executor:
         settler: _Settler,
         deliver: Callable[..., None],
         release_shielded: Callable[[list[Lease]], Awaitable[None]],
+        trace: Recorder | None = None,
     ) -> None:
+        self._trace = trace
         self._governor = governor
         self._release = governor.release
         self._tool_timeout = limits.tool_timeout
@@ -148,6 +152,9 @@ class Executor:
                 except trio.Cancelled:
                     await self._release_shielded(unsettled(owned))
                     raise
+            if gated and self._trace is not None:
+                for call, _ in owned:
+                    self._trace.add(CallAdmitted, call.key, _provider(call))
             handed_over = False
             try:
                 delay = await self._execute_admitted(owned, batch, retry, retry < tries_left)
@@ -211,6 +218,10 @@ class Executor:
             stats.fetches += len(owned)
         else:
             stats.steps_run += len(owned)
+        trace = self._trace
+        if trace is not None:
+            for call, claim in owned:
+                trace.add(CallStarted, call.key, call.name, _provider(call), claim.attempt + retry)
         results: list[Any]
         scope = trio.CancelScope(deadline=deadline)
         for call, _ in owned:
@@ -241,6 +252,10 @@ class Executor:
             # many tasks would tangle their tracebacks.
             results = [exc, *(_copy_error(exc) for _ in owned[1:])]
         error = results[0]
+        if trace is not None:
+            retrying = may_retry and isinstance(error, ProviderTransientError)
+            for (call, _), result in zip(owned, results, strict=True):
+                trace.add(CallFinished, call.key, *_finished(result, retrying))
         if may_retry and isinstance(error, ProviderTransientError):
             self._slow_down(first, error)
             if error.category == "rate_limit" and error.retry_after:
@@ -326,6 +341,27 @@ def _granted(call: _Call, slot: bool = True) -> bool:
     call.slotted = slot
     wake(call)
     return True
+
+
+def _provider(call: _Call) -> str | None:
+    """The provider ``call`` counts against: its tool's, ``fetch``, or none (a step)."""
+    if call.gate is not None:
+        return call.gate.name
+    return "fetch" if call.kind == "fetch" else None
+
+
+def _finished(result: Any, retrying: bool) -> tuple[str, str | None]:
+    """A provider result as ``call.finished`` names it: ``(outcome, error type)``."""
+    if not isinstance(result, BaseException):
+        return "ok", None
+    name = type(result).__name__
+    if retrying:
+        return "retry", name
+    if isinstance(result, ToolTimeout):
+        return "timeout", name
+    if isinstance(result, LeaseLost):
+        return "lease_lost", name
+    return "error", name
 
 
 def _copy_error(error: Exception) -> Exception:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._records import Lease
+from .._trace._records import LeaseLost, LeaseRenewed
 from ._call import CLAIMED, LOST, SETTLING
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from .._limits import Limits
     from .._records import Claimed
     from .._store import ReceiptStore
+    from .._trace import Recorder
     from ._call import _Call, _Cohort
 
 log = logging.getLogger("trioplay")
@@ -24,7 +26,14 @@ log = logging.getLogger("trioplay")
 class Leases:
     """Renews and gives back the receipt leases of one run's claimed calls."""
 
-    def __init__(self, store: ReceiptStore, now: Callable[[], float], limits: Limits) -> None:
+    def __init__(
+        self,
+        store: ReceiptStore,
+        now: Callable[[], float],
+        limits: Limits,
+        trace: Recorder | None = None,
+    ) -> None:
+        self._trace = trace
         self._store = store
         self._now = now
         self._lease_ttl = limits.lease_ttl
@@ -56,13 +65,19 @@ class Leases:
                 # fenced completion stay safe meanwhile.
                 log.warning("lease heartbeat failed: %s", exc)
                 continue
+            lost = 0
             for call, expiry in zip(live, expiries, strict=True):
                 if expiry is not None:
                     call.expires_at = expiry
                 elif call.state is CLAIMED:
                     call.state = LOST
+                    lost += 1
+                    if self._trace is not None:
+                        self._trace.add(LeaseLost, call.key)
                     if call.scope is not None:
                         call.scope.cancel()
+            if self._trace is not None:
+                self._trace.add(LeaseRenewed, len(live) - lost, lost)
 
     async def release_shielded(self, leases: list[Lease]) -> None:
         """Give ``leases`` back, even while cancelled (bounded by ``cleanup_timeout``)."""

@@ -25,6 +25,7 @@ import trio
 
 from .._errors import LeaseLost, PersistenceLatchTripped, ReceiptNotRecorded
 from .._records import Completion, Failure, Lease
+from .._trace._records import CallSettled
 from ._call import SETTLING, _Call
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from .._governor import ProviderGate
     from .._store import ReceiptStore
+    from .._trace import Recorder
 
 log = logging.getLogger("trioplay")
 
@@ -54,7 +56,9 @@ class _Settler:
         cleanup_timeout: float,
         deliver: Callable[..., None],
         release: Callable[[ProviderGate | None, object], None],
+        trace: Recorder | None = None,
     ) -> None:
+        self._trace = trace
         self._store = store
         self._now = now
         self._cleanup_timeout = cleanup_timeout
@@ -193,6 +197,8 @@ class _Settler:
                 )
             elif outcome is not None and not outcome:
                 error = _taken_over(call)
+        if self._trace is not None:
+            self._trace.add(CallSettled, call.key, _settled_as(item, outcome))
         if call.state is SETTLING:  # not if its owner left meanwhile (a native batch)
             self._deliver(call, value, error)
         if isinstance(group, _Group):
@@ -225,6 +231,15 @@ class _Settler:
         )
         error.__cause__ = outcome
         return error
+
+
+def _settled_as(item: Completion | Failure | Lease, outcome: bool | BaseException | None) -> str:
+    """What ``call.settled`` says of a settlement and its write's outcome."""
+    if isinstance(item, Lease):
+        return "released"
+    if outcome is True:
+        return "completed" if isinstance(item, Completion) else "failed"
+    return "lease_lost" if outcome is False else "not_recorded"
 
 
 def _taken_over(call: _Call) -> LeaseLost:

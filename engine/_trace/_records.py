@@ -1,0 +1,465 @@
+"""The typed events of the runtime, and the one converter to and from JSON.
+
+Every event is a frozen, slotted attrs record whose first field is ``at``
+(seconds on the Trio clock); its class names its ``type`` (``TYPE``). As
+JSON, an event is one flat object: ``type``, ``v`` (the schema version,
+:data:`VERSION`), then its fields in order. ``docs/events.md`` lists every
+type and field with its unit; ``tests/test_trace_records.py`` checks that
+it does, and round-trips every type.
+
+The classes are the schema: add a field at the end of a record (readers of
+the same major version ignore none of them, so bump :data:`VERSION` when a
+field changes meaning, is removed or renamed).
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from typing import Any, ClassVar
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+
+VERSION = 1
+"""The schema version, written as ``v`` in every event."""
+
+
+@attrs.frozen
+class Event:
+    """What every event has: when it happened (Trio clock, seconds)."""
+
+    TYPE: ClassVar[str] = ""
+    at: float
+
+
+# -- the run and its maps -----------------------------------------------------
+@attrs.frozen
+class RunStarted(Event):
+    TYPE = "run.started"
+    run: str
+    play: str
+    attempt: int
+
+
+@attrs.frozen
+class RunFinished(Event):
+    TYPE = "run.finished"
+    run: str
+    status: str  # completed, failed, cancelled
+    error: str | None
+
+
+@attrs.frozen
+class MapStarted(Event):
+    TYPE = "map.started"
+    run: str
+    map: str
+    total: int | None
+
+
+@attrs.frozen
+class MapProgress(Event):
+    TYPE = "map.progress"
+    map: str
+    completed: int
+    failed: int
+    skipped: int
+    duplicates: int
+    unconfirmed: int
+    total: int | None
+
+
+@attrs.frozen
+class MapFinished(Event):
+    TYPE = "map.finished"
+    map: str
+    status: str  # completed, failed
+    completed: int
+    failed: int
+    skipped: int
+    duplicates: int
+    unconfirmed: int
+
+
+@attrs.frozen
+class PageStarted(Event):
+    TYPE = "page.started"
+    map: str
+    page: int  # the page's offset in the input
+    rows: int
+
+
+@attrs.frozen
+class PageFinished(Event):
+    TYPE = "page.finished"
+    map: str
+    page: int
+    status: str  # done, lost, failed
+
+
+# -- rows ---------------------------------------------------------------------
+@attrs.frozen
+class RowAdmitted(Event):
+    TYPE = "row.admitted"
+    map: str
+    page: int
+    row: str
+
+
+@attrs.frozen
+class RowResolverStarted(Event):
+    TYPE = "row.resolver_started"
+    map: str
+    row: str
+
+
+@attrs.frozen
+class RowTerminal(Event):
+    TYPE = "row.terminal"
+    map: str
+    row: str
+    status: str  # completed, failed
+
+
+@attrs.frozen
+class RowWriterAdmitted(Event):
+    TYPE = "row.writer_admitted"
+    map: str
+    row: str
+
+
+@attrs.frozen
+class RowCommitted(Event):
+    TYPE = "row.committed"
+    map: str
+    row: str
+    status: str  # completed, failed
+
+
+# -- calls (tools, steps, fetches) --------------------------------------------
+@attrs.frozen
+class CallQueued(Event):
+    TYPE = "call.queued"
+    call: str  # the receipt key
+    operation: str  # tool, step, fetch
+    tool: str
+    provider: str | None
+    row: str | None
+
+
+@attrs.frozen
+class CallAdmitted(Event):
+    TYPE = "call.admitted"
+    call: str
+    provider: str | None
+
+
+@attrs.frozen
+class CallStarted(Event):
+    TYPE = "call.started"
+    call: str
+    tool: str
+    provider: str | None
+    attempt: int
+
+
+@attrs.frozen
+class CallFinished(Event):
+    TYPE = "call.finished"
+    call: str
+    outcome: str  # ok, error, timeout, lease_lost, retry
+    error: str | None
+
+
+@attrs.frozen
+class CallSettled(Event):
+    TYPE = "call.settled"
+    call: str
+    outcome: str  # completed, failed, released, lease_lost, not_recorded
+
+
+# -- receipts and leases ------------------------------------------------------
+@attrs.frozen
+class ReceiptClaimed(Event):
+    TYPE = "receipt.claimed"
+    call: str
+
+
+@attrs.frozen
+class ReceiptReplayed(Event):
+    TYPE = "receipt.replayed"
+    call: str
+    status: str  # completed, failed, corrupt
+
+
+@attrs.frozen
+class ReceiptFollowed(Event):
+    TYPE = "receipt.followed"
+    call: str
+
+
+@attrs.frozen
+class ReceiptWaited(Event):
+    TYPE = "receipt.waited"
+    call: str
+    owner: str  # the lease owner it waits for
+
+
+@attrs.frozen
+class LeaseRenewed(Event):
+    TYPE = "lease.renewed"
+    calls: int
+    lost: int
+
+
+@attrs.frozen
+class LeaseLost(Event):
+    TYPE = "lease.lost"
+    call: str
+
+
+# -- the writer ---------------------------------------------------------------
+@attrs.frozen
+class WriterBatchStarted(Event):
+    TYPE = "writer.batch_started"
+    map: str
+    rows: int
+    bytes: int
+
+
+@attrs.frozen
+class WriterBatchCommitted(Event):
+    TYPE = "writer.batch_committed"
+    map: str
+    rows: int
+
+
+@attrs.frozen
+class WriterBatchFailed(Event):
+    TYPE = "writer.batch_failed"
+    map: str
+    rows: int
+    error: str
+    unknown: bool  # the write may have taken effect
+
+
+# -- fetches ------------------------------------------------------------------
+@attrs.frozen
+class FetchStarted(Event):
+    TYPE = "fetch.started"
+    fetch: int  # numbers the runtime's fetches
+    method: str
+    url: str  # secrets redacted
+    row: str | None
+
+
+@attrs.frozen
+class FetchPhase(Event):
+    TYPE = "fetch.phase"
+    fetch: int
+    phase: str  # headers, body, retry
+    attempt: int
+
+
+@attrs.frozen
+class FetchFinished(Event):
+    TYPE = "fetch.finished"
+    fetch: int
+    status: int | None
+    bytes: int
+    error: str | None
+
+
+# -- diagnostics --------------------------------------------------------------
+@attrs.frozen
+class MapStall(Event):
+    TYPE = "map.stall"
+    map: str
+    page: int
+    phase: str  # the stall line's oldest_phase
+    cause: str  # a one-line reading of the stall line
+    report: dict[str, Any]  # the whole [runtime.map_stall] line
+
+
+@attrs.frozen
+class LoopLag(Event):
+    TYPE = "loop.lag"
+    lag_ms: float
+    threshold_ms: float
+
+
+@attrs.frozen
+class PlayLog(Event):
+    TYPE = "play.log"
+    message: str
+    map: str | None
+    row: str | None
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.TYPE: cls
+    for cls in (
+        RunStarted,
+        RunFinished,
+        MapStarted,
+        MapProgress,
+        MapFinished,
+        PageStarted,
+        PageFinished,
+        RowAdmitted,
+        RowResolverStarted,
+        RowTerminal,
+        RowWriterAdmitted,
+        RowCommitted,
+        CallQueued,
+        CallAdmitted,
+        CallStarted,
+        CallFinished,
+        CallSettled,
+        ReceiptClaimed,
+        ReceiptReplayed,
+        ReceiptFollowed,
+        ReceiptWaited,
+        LeaseRenewed,
+        LeaseLost,
+        WriterBatchStarted,
+        WriterBatchCommitted,
+        WriterBatchFailed,
+        FetchStarted,
+        FetchPhase,
+        FetchFinished,
+        MapStall,
+        LoopLag,
+        PlayLog,
+    )
+}
+"""Every event class by its ``type``."""
+
+converter = cattrs.Converter(forbid_extra_keys=True)
+"""The one converter of events; :func:`to_json` and :func:`from_json` use it."""
+
+
+def _register(cls: type[Event]) -> None:
+    unstructure = make_dict_unstructure_fn(cls, converter)
+    head = {"type": cls.TYPE, "v": VERSION}
+
+    def to_dict(event: Event) -> dict[str, Any]:
+        return {**head, **unstructure(event)}
+
+    converter.register_unstructure_hook(cls, to_dict)
+    converter.register_structure_hook(
+        cls, make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+    )
+
+
+for _cls in EVENT_TYPES.values():
+    attrs.resolve_types(_cls)
+    _register(_cls)
+
+
+def declared(field: attrs.Attribute[Any]) -> str:
+    """A field's declared type, spelled as in the source: ``str``, ``int | None``..."""
+    return _spelled(field.type)
+
+
+def _spelled(kind: Any) -> str:
+    if isinstance(kind, types.UnionType):
+        return " | ".join("None" if arg is type(None) else _spelled(arg) for arg in kind.__args__)
+    if isinstance(kind, type):
+        return kind.__name__
+    return str(kind).replace("typing.", "")
+
+
+Raw = tuple[Any, ...]
+"""An event as the recorder keeps it: ``(class, at, *fields)``, its fields in order."""
+
+
+def event_of(raw: Raw) -> Event:
+    """The record of a raw event."""
+    kind: type[Event] = raw[0]
+    return kind(*raw[1:])
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_SCALARS: dict[type, Any] = {
+    str: json.encoder.encode_basestring,
+    int: int.__repr__,
+    float: float.__repr__,  # the events' floats are finite: json writes them the same
+    bool: lambda value: "true" if value else "false",
+    type(None): lambda _: "null",
+}
+# What writes a field of each declared type (a wrong type raises TypeError).
+_WRITERS = {"str": "S", "int": "I", "float": "F", "bool": "B"}
+_LINES: dict[type, Any] = {}
+
+
+def _value(value: Any) -> str:
+    write = _SCALARS.get(type(value))
+    return write(value) if write is not None else _encode(value)
+
+
+def _line_function(kind: type[Event]) -> Any:
+    """A function writing ``kind``'s raw events, each field by its declared type."""
+    head = _encode({"type": kind.TYPE, "v": VERSION})[:-1]
+    pieces = [repr(head)]
+    for index, field in enumerate(attrs.fields(kind), 1):
+        spelled = declared(field)
+        optional = spelled.endswith(" | None")
+        writer = _WRITERS.get(spelled.removesuffix(" | None"), "E")
+        value = f"{writer}(raw[{index}])"
+        if optional:
+            value = f"('null' if raw[{index}] is None else {value})"
+        pieces += [repr(f",{_encode(field.name)}:"), value]
+    pieces.append(repr("}\n"))
+    source = "def line(raw):\n    return " + " + ".join(pieces) + "\n"
+    scope = {
+        "S": json.encoder.encode_basestring,
+        "I": int.__repr__,
+        "F": float.__repr__,
+        "B": _SCALARS[bool],
+        "E": _encode,
+    }
+    exec(source, scope)
+    return scope["line"]
+
+
+def json_line(raw: Raw) -> str:
+    """``raw`` as one line of JSON text, exactly as ``to_json`` of its record dumps.
+
+    The JSON Lines sink's fast path: no record and no dict; each field is
+    written by the C encoder's own function for its declared type, in code
+    made once per event class (a value not of its declared type falls back
+    to the general encoder). ``tests/test_trace_records.py`` checks that
+    both ways agree for every event type.
+    """
+    kind = raw[0]
+    line = _LINES.get(kind)
+    if line is None:
+        line = _LINES[kind] = _line_function(kind)
+    try:
+        return line(raw)  # type: ignore[no-any-return]
+    except TypeError:
+        names = [field.name for field in attrs.fields(kind)]
+        values = ",".join(f"{_encode(n)}:{_value(v)}" for n, v in zip(names, raw[1:], strict=True))
+        return _encode({"type": kind.TYPE, "v": VERSION})[:-1] + "," + values + "}\n"
+
+
+def to_json(event: Event) -> dict[str, Any]:
+    """``event`` as a JSON-able dict: ``type``, ``v``, then its fields."""
+    return converter.unstructure(event)  # type: ignore[no-any-return]
+
+
+def from_json(data: dict[str, Any]) -> Event:
+    """The event a dict of :func:`to_json` holds; ``ValueError`` if it is not one."""
+    kind = EVENT_TYPES.get(data.get("type"))  # type: ignore[arg-type]
+    if kind is None:
+        raise ValueError(f"not an event type: {data.get('type')!r}")
+    if data.get("v") != VERSION:
+        raise ValueError(f"{kind.TYPE}: schema version {data.get('v')!r}, not {VERSION}")
+    fields = {name: value for name, value in data.items() if name not in ("type", "v")}
+    try:
+        return converter.structure(fields, kind)
+    except Exception as exc:  # cattrs' own errors name the field
+        raise ValueError(f"{kind.TYPE}: {exc}") from None
