@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._events import EventSink
     from ._fetch import Fetcher, FetchResponse
     from ._limits import FetchTimeouts, Limits
+    from ._loop_lag import LoopWatch
     from ._store import Store
     from ._tools import ToolCall
 
@@ -54,6 +55,8 @@ class RunServices:
     on_event: EventSink | None = None
     store_calls: StoreCalls = attrs.field(factory=StoreCalls)
     """The run's store calls in flight (``store`` reports to it), for the stall line."""
+    loop_watch: LoopWatch | None = None
+    """The run's loop-lag watchdog, for the stall line's ``loop_lag_ms``."""
     datasets: set[str] = attrs.field(factory=set)
     """The names of the datasets run so far in this attempt."""
 

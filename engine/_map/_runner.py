@@ -280,6 +280,7 @@ class _MapRun:
                 writer_diagnostics=self.writer.diagnostics,
                 emit=lambda report: services.emit("map.stall", report),
                 store_calls=services.store_calls,
+                loop_watch=services.loop_watch,
             )
             limiter = services.row_limiter
             budget = services.row_budget
