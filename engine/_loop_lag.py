@@ -28,6 +28,7 @@ so an hour of virtual idleness takes 7,200 scheduler rounds, not one.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -45,13 +46,14 @@ class LoopWatch:
         self._emit = emit
         # (woke at, lag) of the lags at or above the threshold, oldest first.
         self._lags: deque[tuple[float, float]] = deque(maxlen=1024)
+        self._deadline = math.inf  # when the watchdog is due to wake next
 
     async def run(self) -> None:
         """Sleep and measure, until the run's nursery is cancelled."""
         interval = self.threshold / 2
         clock = trio.lowlevel.current_clock()
         while True:
-            deadline = clock.current_time() + interval
+            self._deadline = deadline = clock.current_time() + interval
             await trio.sleep_until(deadline)
             woke = clock.current_time()
             lag = woke - deadline
@@ -63,8 +65,15 @@ class LoopWatch:
                 )
 
     def lag_since(self, since: float) -> float:
-        """The largest lag at or above the threshold seen at or after ``since`` (0 if none)."""
-        return max((lag for woke, lag in self._lags if woke >= since), default=0.0)
+        """The largest lag at or above the threshold seen at or after ``since`` (0 if none).
+
+        A lag the watchdog has not yet measured counts too: when the loop
+        comes back from a block, the stall observer may run before the
+        watchdog does, and the watchdog is then overdue by as much.
+        """
+        overdue = trio.current_time() - self._deadline
+        seen = max((lag for woke, lag in self._lags if woke >= since), default=0.0)
+        return max(seen, overdue if overdue >= self.threshold else 0.0)
 
 
 def _ms(seconds: float) -> int:

@@ -111,3 +111,23 @@ async def test_the_watchdog_is_gone_with_its_run(autojump_clock: trio.testing.Mo
         assert trio.current_time() == start + 10
         after = len(trio.lowlevel.current_task().parent_nursery.child_tasks)  # type: ignore[union-attr]
     assert before == after
+
+
+async def test_a_lag_the_watchdog_has_not_yet_measured_counts(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Coming back from a block, a stall observer may run before the
+    # watchdog in the same turn of the loop: the watchdog is overdue then.
+    from trioplay._loop_lag import LoopWatch
+
+    watch = LoopWatch(0.5, lambda _type, _data: None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch.run)
+        await trio.sleep(0.1)  # the watchdog sleeps until 0.25 s
+        start = trio.current_time()
+        autojump_clock.jump(10)
+        assert watch.lag_since(start) == pytest.approx(9.85)
+        await trio.testing.wait_all_tasks_blocked()
+        assert watch.lag_since(start) == pytest.approx(9.85)  # now measured
+        assert watch.lag_since(trio.current_time() + 1) == 0
+        nursery.cancel_scope.cancel()
