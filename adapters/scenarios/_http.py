@@ -30,6 +30,18 @@ def _setup(name: str, transport: HostileTransport, timeouts: FetchTimeouts) -> S
     )
 
 
+# The hostile row's fetch stalls its page (phase fetch) until a deadline fails it.
+HOSTILE_ROW_TIMES_OUT = Expect(
+    outcome="completed",
+    completed=19,
+    failed=1,
+    row_errors="FetchTimeout",
+    stalled=True,
+    phase="fetch",
+    tool="fetch",
+)
+
+
 def _slow_body(_seed: int) -> Setup:
     # 4 KiB, 256 bytes every 10 s: 160 s to send, the body deadline is 120 s.
     drip = HostileTransport(
@@ -45,15 +57,7 @@ SLOW_BODY = Scenario(
     name="slow-body",
     description="one server drips its body 256 bytes per 10 s: the fetch's body deadline ends it",
     setup=_slow_body,
-    expect=Expect(
-        outcome="completed",
-        completed=19,
-        failed=1,
-        row_errors="FetchTimeout",
-        stalled=True,
-        phase="fetch",
-        tool="fetch",
-    ),
+    expect=HOSTILE_ROW_TIMES_OUT,
 )
 
 
@@ -68,13 +72,5 @@ HEADER_STALL = Scenario(
         "one server accepts the request and never sends headers: the headers deadline ends it"
     ),
     setup=_header_stall,
-    expect=Expect(
-        outcome="completed",
-        completed=19,
-        failed=1,
-        row_errors="FetchTimeout",
-        stalled=True,
-        phase="fetch",
-        tool="fetch",
-    ),
+    expect=HOSTILE_ROW_TIMES_OUT,
 )
