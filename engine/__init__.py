@@ -55,6 +55,7 @@ from ._records import SheetEntry as SheetEntry
 from ._records import SheetRow as SheetRow
 from ._row_context import RowContext as RowContext
 from ._runtime import DEFAULT_STORE_URL as DEFAULT_STORE_URL
+from ._runtime import Play as Play
 from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 from ._runtime import play as play

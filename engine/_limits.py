@@ -90,6 +90,7 @@ class Limits:
     fetch_retry_attempts: int = _field(3, COUNT)
     fetch_retry_delay: float = _field(0.1, SECONDS_OR_ZERO)
     cleanup_timeout: float = _field(1.0, SECONDS)
+    loop_lag_threshold: float = _field(0.5, SECONDS)
     csv_field_limit: int = _field(131_072, COUNT)
 
 

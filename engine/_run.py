@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._events import EventSink
     from ._fetch import Fetcher, FetchResponse
     from ._limits import FetchTimeouts, Limits
+    from ._loop_lag import LoopWatch
     from ._store import Store
     from ._tools import ToolCall
     from ._trace import Recorder
@@ -58,6 +59,8 @@ class RunServices:
     """Where the typed events go, or ``None``: test it before building one."""
     store_calls: StoreCalls = attrs.field(factory=StoreCalls)
     """The run's store calls in flight (``store`` reports to it), for the stall line."""
+    loop_watch: LoopWatch | None = None
+    """The run's loop-lag watchdog, for the stall line's ``loop_lag_ms``."""
     datasets: set[str] = attrs.field(factory=set)
     """The names of the datasets run so far in this attempt."""
 

@@ -27,6 +27,7 @@ from ._events import EventSink, RuntimeEvent, deliver
 from ._governor import Governor
 from ._json import canonical_json, digest, dumps, dumps_output
 from ._limits import FetchTimeouts, Limits
+from ._loop_lag import LoopWatch
 from ._owner import current_owner
 from ._phase import StoreCalls
 from ._plugins import open_store
@@ -202,6 +203,9 @@ class Runtime:
                 trace=self.trace,
             ) as dispatcher:
                 stats = dispatcher.stats
+                loop_watch = LoopWatch(
+                    self.limits.loop_lag_threshold, functools.partial(self._emit, run_id)
+                )
                 services = RunServices(
                     run_id=run_id,
                     attempt=record.attempt,
@@ -217,6 +221,7 @@ class Runtime:
                     on_event=self.on_event,
                     trace=self.trace,
                     store_calls=store_calls,
+                    loop_watch=loop_watch,
                 )
                 returned: list[Any] = []
                 done = trio.Event()
@@ -231,6 +236,7 @@ class Runtime:
                 # it, then cancels the whole run at once (the map's writer and
                 # the settler clean up side by side), as a cancel would.
                 dispatcher.start_soon(unwound.watch)
+                dispatcher.start_soon(loop_watch.run)
                 dispatcher.start_soon(body)
                 await done.wait()
             [output] = returned

@@ -20,7 +20,18 @@ from trioplay._cli._config import _toml, keys
 from .support import CLI_TIMEOUT, TRIOPLAY
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text(encoding="utf-8")
-COMMANDS = ["demo", "run", "runs list", "runs show", "export", "config", "timeline"]
+COMMANDS = [
+    "demo",
+    "run",
+    "runs list",
+    "runs show",
+    "export",
+    "config",
+    "timeline",
+    "scenario list",
+    "scenario run",
+]
+GROUPS = ("runs", "scenario")  # commands that have commands of their own
 COMMON = "Flags of every command"
 
 
@@ -105,8 +116,9 @@ def test_every_flag_of_the_help_is_in_the_doc_and_back(command: str) -> None:
 
 def test_the_doc_has_every_command_and_no_other() -> None:
     verbs = _listed(_help(), "commands:", indent=4)
-    runs = _listed(_help("runs"), "commands:", indent=4)
-    commands = {verb for verb in verbs if verb != "runs"} | {f"runs {verb}" for verb in runs}
+    commands = {verb for verb in verbs if verb not in GROUPS}
+    for group in GROUPS:
+        commands |= {f"{group} {verb}" for verb in _listed(_help(group), "commands:", indent=4)}
     assert commands == set(COMMANDS)
     titled = {t for t in _sections(2) if t.startswith("`trioplay ")}
     assert titled == {_section_of(command) for command in COMMANDS}

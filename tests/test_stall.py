@@ -152,6 +152,7 @@ NEW_KEYS = [
     "store_active",
     "oldest_store_ms",
     "oldest_store_operation",
+    "loop_lag_ms",
 ]
 
 

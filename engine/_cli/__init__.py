@@ -1,10 +1,11 @@
 """The ``trioplay`` command line (also ``python -m trioplay``).
 
 Commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``,
-``config``; docs/cli.md describes every one, and tests/test_cli_docs.py
-keeps it in step with ``--help``. Each returns an exit code (``_common``):
-0 success, 1 a failed run (or an unexpected error), 2 a usage or input
-problem (bad arguments or configuration, a missing file, a bad store URL,
+``config``, ``scenario list``, ``scenario run``; docs/cli.md describes
+every one, and tests/test_cli_docs.py keeps it in step with ``--help``.
+Each returns an exit code (``_common``): 0 success, 1 a failed run (or
+an unexpected error, or a scenario whose expectations did not hold), 2 a
+usage or input problem (bad arguments or configuration, a missing file, a bad store URL,
 :class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`,
 :class:`~trioplay.RunIdConflict`), 3 a completed run whose ``--out``
 failed, 130 after Ctrl-C (SIGINT), 143 after SIGTERM: during ``run`` and
@@ -33,6 +34,7 @@ point.
 - ``_progress``: the progress bar or lines and the end-of-run summary
 - ``_signals``: Ctrl-C and SIGTERM as the cancellation of a run
 - ``_demo``: the bundled ``enrich-leads`` play and its simulated tools
+- ``_scenario``: ``scenario list`` and ``scenario run`` (virtual-time stall scenarios)
 """
 
 from __future__ import annotations

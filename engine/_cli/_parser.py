@@ -19,6 +19,7 @@ from ._commands import (
 )
 from ._common import DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
 from ._config import CONFIG_FILE, parse_limit
+from ._scenario import add_scenario_commands
 
 _TOOLS_HELP = """\
 How `trioplay run` finds things in FILE.py:
@@ -183,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_option(config)
     _add_run_settings(config)
     config.set_defaults(command=_cmd_config)
+    add_scenario_commands(commands, common)
     return parser
 
 

@@ -320,6 +320,7 @@ class _MapRun:
                 writer_diagnostics=self.writer.diagnostics,
                 emit=self._stalled,
                 store_calls=services.store_calls,
+                loop_watch=services.loop_watch,
             )
             limiter = services.row_limiter
             budget = services.row_budget

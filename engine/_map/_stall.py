@@ -18,12 +18,18 @@ for a slot, a rate turn or a pause), ``oldest_tool``,
 ``oldest_provider`` and ``oldest_row_key`` of the oldest unsettled item (the
 one ``oldest_phase`` names; ``null`` where it has none), and
 ``store_active``, ``oldest_store_ms`` and ``oldest_store_operation``: the
-run's store calls in flight and the oldest of them.
+run's store calls in flight and the oldest of them; and ``loop_lag_ms``, the
+largest lateness of the event loop during the last interval (see
+:mod:`trioplay._loop_lag`; 0 when it stayed under ``loop_lag_threshold``).
 
 ``oldest_phase`` is ``store`` when a store call has gone unanswered for a
 whole interval: whatever else waits (rows for a slot that a call keeps
 until its receipt is written, rows for their commit, calls for their claim)
-then waits on the store.
+then waits on the store. It is ``loop`` when the event loop was blocked for
+``loop_lag_threshold`` or more during the last interval (``loop_lag_ms``):
+then nothing ran while it was, heartbeats included, and whatever the rows
+wait for is late because of it. ``oldest_tool``, ``oldest_provider`` and
+``oldest_row_key`` are ``null`` for both: no row is to blame.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from .._phase import Phase, RowPhase
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._loop_lag import LoopWatch
     from .._phase import StoreCalls
     from ._writer import WriterDiagnostics
 
@@ -64,8 +71,10 @@ class MapStallObserver:
         writer_diagnostics: Callable[[], WriterDiagnostics | None],
         emit: Callable[[dict[str, Any]], None],
         store_calls: StoreCalls | None = None,
+        loop_watch: LoopWatch | None = None,
     ) -> None:
         self._map_name = map_name
+        self._loop_watch = loop_watch
         self._store_calls = store_calls
         self._page_offset = page_offset
         self._interval = interval
@@ -185,6 +194,9 @@ class MapStallObserver:
         store = self._store_calls.oldest() if self._store_calls is not None else None
         if store is not None and now - store[0] >= self._interval:
             oldest = (store[0], "store", None, None, None)
+        lag = self._loop_watch.lag_since(now - self._interval) if self._loop_watch else 0.0
+        if lag > 0:
+            oldest = (now - lag, "loop", None, None, None)
         fetch_starts = [r.phase_started_at for r in self._resolvers.values() if r.phase == "fetch"]
         governor_starts = [
             r.phase_started_at for r in self._resolvers.values() if r.phase == "governor"
@@ -216,6 +228,7 @@ class MapStallObserver:
             "store_active": store_active,
             "oldest_store_ms": _ms(now - store[0]) if store is not None else 0,
             "oldest_store_operation": store[1] if store is not None else None,
+            "loop_lag_ms": _ms(lag),
         }
 
     def emit_if_stalled(self) -> None:

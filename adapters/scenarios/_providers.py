@@ -1,0 +1,125 @@
+"""Scenarios of providers: hung, storming, starving their neighbours."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trioplay import Limits
+from trioplay.scenario import Expect, Scenario, Setup
+
+from ..faults import RateLimitStorm
+from ..simulated import Latency, SimulatedProvider
+from ._common import calls, leads, map_play, registry
+
+if TYPE_CHECKING:
+    from trioplay import Row
+    from trioplay.scenario import ScenarioResult
+
+
+def _hung_provider(seed: int) -> Setup:
+    finder = SimulatedProvider(
+        tool_id="finder",
+        provider="acme",
+        seed=seed,
+        latency=Latency(median=0.2, p99=2.0),
+        hang_keys={"d17.example"},
+    )
+    return Setup(
+        play=map_play("hung-provider", leads(200), ("email", calls("finder"))),
+        tools=registry(finder),
+        limits=Limits(tool_timeout=300),
+    )
+
+
+HUNG_PROVIDER = Scenario(
+    name="hung-provider",
+    description="one call never returns: its page stalls until the tool timeout fails its row",
+    setup=_hung_provider,
+    expect=Expect(
+        outcome="completed",
+        completed=199,
+        failed=1,
+        row_errors="ToolTimeout",
+        stalled=True,
+        phase="resolver",
+        tool="finder",
+        provider="acme",
+    ),
+    seeded=True,
+)
+
+
+def _rate_limit_storm(seed: int) -> Setup:
+    finder = SimulatedProvider(
+        tool_id="finder",
+        provider="acme",
+        seed=seed,
+        latency=Latency(median=0.05, p99=0.4),
+        concurrency=4,
+    )
+    storm = RateLimitStorm(tool=finder, start=0.5, duration=150.0, retry_after=30.0, retries=20)
+    return Setup(
+        play=map_play("rate-limit-storm", leads(100), ("email", calls("finder"))),
+        tools=registry(storm),
+    )
+
+
+RATE_LIMIT_STORM = Scenario(
+    name="rate-limit-storm",
+    description="the provider answers 429 (Retry-After 30 s) for 150 s: rows wait in the governor",
+    setup=_rate_limit_storm,
+    expect=Expect(
+        outcome="completed",
+        completed=100,
+        failed=0,
+        stalled=True,
+        phase="governor",
+        provider="acme",
+    ),
+    seeded=True,
+)
+
+
+def _provider_starvation(seed: int) -> Setup:
+    healthy = SimulatedProvider(
+        tool_id="healthy", provider="healthy-co", seed=seed, latency=Latency(0.1, 0.8)
+    )
+    stuck = SimulatedProvider(tool_id="stuck", provider="stuck-co", seed=seed, hang_rate=1.0)
+
+    def which(row: Row) -> str:
+        return "stuck" if int(str(row["domain"])[1:].split(".")[0]) % 3 == 0 else "healthy"
+
+    return Setup(
+        play=map_play("provider-starvation", leads(120), ("email", calls(which)), page_size=40),
+        tools=registry(healthy, stuck),
+        limits=Limits(max_concurrent_external_calls=8, max_provider_share=0.5, tool_timeout=90),
+    )
+
+
+def _healthy_rows_commit_first(result: ScenarioResult) -> list[str]:
+    # The 80 healthy rows commit before the first stuck call times out (90 s).
+    done = [e.at for e in result.events if e.type == "map.progress" and e.data["completed"] >= 80]
+    if done and done[0] < 90:
+        return []
+    return [f"the healthy rows had not all committed before 90 s (first at {done[:1]})"]
+
+
+PROVIDER_STARVATION = Scenario(
+    name="provider-starvation",
+    description=(
+        "a hung provider beside a healthy one: it keeps its share of the call slots, "
+        "the healthy rows keep committing"
+    ),
+    setup=_provider_starvation,
+    expect=Expect(
+        outcome="completed",
+        completed=80,
+        failed=40,
+        row_errors="ToolTimeout",
+        stalled=True,
+        phase="governor",
+        provider="stuck-co",
+        check=_healthy_rows_commit_first,
+    ),
+    seeded=True,
+)

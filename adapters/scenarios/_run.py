@@ -1,0 +1,72 @@
+"""Scenarios of the run itself: a starved event loop, a cancel in the middle of a page."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trioplay.scenario import Expect, Scenario, Setup
+
+from ..faults import CpuHog
+from ..simulated import Latency, SimulatedProvider
+from ._common import calls, leads, map_play, registry
+
+if TYPE_CHECKING:
+    from trioplay.scenario import ScenarioResult
+
+
+def _loop_starvation(seed: int) -> Setup:
+    finder = SimulatedProvider(
+        tool_id="finder", provider="acme", seed=seed, latency=Latency(0.5, 4)
+    )
+    # Three rows compute for 45 s each without an await.
+    hog = CpuHog(45.0, field="domain", keys={"d10.example", "d11.example", "d12.example"})
+    return Setup(
+        play=map_play("loop-starvation", leads(50), ("email", calls("finder")), ("score", hog)),
+        tools=registry(finder),
+    )
+
+
+LOOP_STARVATION = Scenario(
+    name="loop-starvation",
+    description=(
+        "three CPU-bound rows block the event loop for 45 s each: the stall line names the loop"
+    ),
+    setup=_loop_starvation,
+    expect=Expect(
+        outcome="completed",
+        completed=50,
+        failed=0,
+        stalled=True,
+        phase="loop",
+        events=("loop.lag",),
+    ),
+    seeded=True,
+)
+
+
+def _cancel_mid_page(seed: int) -> Setup:
+    finder = SimulatedProvider(tool_id="finder", provider="acme", seed=seed, latency=Latency(1, 8))
+    return Setup(
+        play=map_play("cancel-mid-page", leads(3000), ("email", calls("finder")), page_size=1000),
+        tools=registry(finder),
+        deadline=12.0,
+    )
+
+
+def _reported_rows_are_stored(result: ScenarioResult) -> list[str]:
+    reported = result.counts().get("completed", 0)
+    stored = result.stored_rows.get("completed", 0)
+    if 0 < reported <= stored < 3000:
+        return []
+    return [f"{reported} rows reported completed, {stored} stored"]
+
+
+CANCEL_MID_PAGE = Scenario(
+    name="cancel-mid-page",
+    description=(
+        "the run is cancelled 12 s in, in the middle of a page: it ends at once, its commits kept"
+    ),
+    setup=_cancel_mid_page,
+    expect=Expect(outcome="cancelled", stalled=False, check=_reported_rows_are_stored),
+    seeded=True,
+)

@@ -1,0 +1,112 @@
+"""Scenarios of the store and of leases: slow writes, an outage, lost or foreign leases, a crash."""
+
+from __future__ import annotations
+
+from trioplay import Limits
+from trioplay.scenario import Expect, Scenario, Setup
+
+from ..faults import DispatcherCrash, HeldElsewhere, LeaseRejection, SlowStore, StoreOutage
+from ..simulated import Latency, SimulatedProvider
+from ._common import calls, leads, map_play, registry
+
+QUICK = Latency(0.05, 0.3)
+
+
+def _finder(seed: int, latency: Latency | float = QUICK) -> SimulatedProvider:
+    return SimulatedProvider(tool_id="finder", provider="acme", seed=seed, latency=latency)
+
+
+def _writer_backpressure(seed: int) -> Setup:
+    return Setup(
+        play=map_play("writer-backpressure", leads(12), ("email", calls("finder")), page_size=3),
+        tools=registry(_finder(seed)),
+        store=lambda store: SlowStore(
+            store, Latency(median=30, p99=50), seed=seed, operations={"write_terminal_rows"}
+        ),
+        # One row per sheet write: every row waits for the writer in turn.
+        limits=Limits(writer_buffer_bytes=1),
+    )
+
+
+WRITER_BACKPRESSURE = Scenario(
+    name="writer-backpressure",
+    description="sheet writes take ~30 s and hold one row each: finished rows queue for the writer",
+    setup=_writer_backpressure,
+    expect=Expect(
+        outcome="completed", completed=12, failed=0, stalled=True, phase="writer_admission"
+    ),
+    seeded=True,
+)
+
+
+def _store_outage(seed: int) -> Setup:
+    return Setup(
+        play=map_play("store-outage", leads(300), ("email", calls("finder"))),
+        tools=registry(_finder(seed, Latency(0.5, 3.0))),
+        store=lambda store: StoreOutage(store, start=5.0, duration=180.0),
+    )
+
+
+STORE_OUTAGE = Scenario(
+    name="store-outage",
+    description="the store stops answering for 3 min from 5 s on: the stall line names the store",
+    setup=_store_outage,
+    expect=Expect(outcome="completed", completed=300, failed=0, stalled=True, phase="store"),
+    seeded=True,
+)
+
+
+def _lease_loss(seed: int) -> Setup:
+    return Setup(
+        play=map_play("lease-loss", leads(20), ("email", calls("finder"))),
+        tools=registry(_finder(seed, 100.0)),
+        # Heartbeats every 30 s; from 40 s on the store says every lease is gone.
+        store=lambda store: LeaseRejection(store, start=40.0),
+    )
+
+
+LEASE_LOSS = Scenario(
+    name="lease-loss",
+    description="calls take 100 s; at the 60 s heartbeat the store says their leases are gone",
+    setup=_lease_loss,
+    expect=Expect(outcome="completed", completed=0, failed=20, row_errors="LeaseLost"),
+)
+
+
+def _dispatcher_crash(seed: int) -> Setup:
+    return Setup(
+        play=map_play("dispatcher-crash", leads(500), ("email", calls("finder"))),
+        tools=registry(_finder(seed)),
+        store=lambda store: DispatcherCrash(store, after=3),
+    )
+
+
+DISPATCHER_CRASH = Scenario(
+    name="dispatcher-crash",
+    description=("the fourth claim batch crashes the dispatcher: every waiting row gets its error"),
+    setup=_dispatcher_crash,
+    expect=Expect(outcome="completed", stalled=False, row_errors="RuntimeError"),
+    seeded=True,
+)
+
+
+def _receipt_held_elsewhere(seed: int) -> Setup:
+    return Setup(
+        play=map_play("receipt-held-elsewhere", leads(20), ("email", calls("finder"))),
+        tools=registry(_finder(seed)),
+        # Another host claimed every receipt with a 150 s lease, then went quiet.
+        store=lambda store: HeldElsewhere(store, lease_ttl=150.0),
+    )
+
+
+RECEIPT_HELD_ELSEWHERE = Scenario(
+    name="receipt-held-elsewhere",
+    description=(
+        "another host holds every receipt until its lease expires at 150 s, then the run calls"
+    ),
+    setup=_receipt_held_elsewhere,
+    expect=Expect(
+        outcome="completed", completed=20, failed=0, stalled=True, phase="resolver", provider="acme"
+    ),
+    seeded=True,
+)

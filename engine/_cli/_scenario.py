@@ -1,0 +1,126 @@
+"""``trioplay scenario list`` and ``trioplay scenario run NAME|FILE.py[:NAME]``.
+
+A scenario runs in virtual time (:func:`trioplay.scenario.run_scenario`);
+``run`` writes its events, stall lines and summary into ``--out`` and
+prints what stalled, for how long, what the runtime named as the cause and
+whether the scenario's expectations held (exit code 1 if not).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trioplay.adapters.scenarios import BUILT_IN, find
+
+from .._scenario import Scenario, describe, run_scenario, write_outputs
+from ._common import EXIT_FAILED, EXIT_OK, UsageError
+from ._playfile import _importable_from, load_play_module, split_play_ref
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Iterator
+
+    from . import _Session
+
+DEFAULT_OUT = "out/scenarios"
+
+
+def add_scenario_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+) -> None:
+    """The ``scenario`` command and its two verbs."""
+    scenario = commands.add_parser(
+        "scenario", parents=[common], help="reproduce a stall in virtual time"
+    )
+    verbs = scenario.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    listing = verbs.add_parser("list", parents=[common], help="the built-in scenarios")
+    listing.set_defaults(command=_cmd_scenario_list)
+    run = verbs.add_parser(
+        "run",
+        parents=[common],
+        help="run a scenario and say what stalled and why",
+        description=(
+            "Run a built-in scenario, or one of your own (a Python file defining a "
+            "trioplay.scenario.Scenario), under a mock clock: hours of stalls in well "
+            "under a second. Writes events.jsonl, stalls.log and summary.json into "
+            "--out and prints a summary; exits 1 if the expectations did not hold."
+        ),
+    )
+    run.add_argument(
+        "scenario",
+        metavar="SCENARIO",
+        help="a built-in scenario's name, or a scenario file FILE.py[:NAME]",
+    )
+    run.add_argument(
+        "--seed", metavar="N", type=int, default=0, help="the seed of its faults (default: 0)"
+    )
+    run.add_argument(
+        "--out",
+        metavar="DIR",
+        help=f"where to write its files (default: {DEFAULT_OUT}/NAME)",
+    )
+    run.set_defaults(command=_cmd_scenario_run)
+
+
+def _cmd_scenario_list(_args: argparse.Namespace, _session: _Session) -> int:
+    width = max(len(s.name) for s in BUILT_IN)
+    for scenario in BUILT_IN:
+        print(f"{scenario.name:<{width}}  {scenario.description}")
+    return EXIT_OK
+
+
+def _cmd_scenario_run(args: argparse.Namespace, session: _Session) -> int:
+    scenario = _find_scenario(args.scenario)
+    with _stall_lines_quiet(session.debug):
+        result = run_scenario(scenario, seed=args.seed)
+    out = Path(args.out) if args.out else Path(DEFAULT_OUT) / scenario.name
+    written = write_outputs(result, out)
+    # The trace (trace.json) and the picture (timeline.svg) of the same
+    # events go here, beside the three files, once their writers exist.
+    for line in describe(result):
+        print(line)
+    print(f"  wrote: {', '.join(str(path) for path in written)}")
+    return EXIT_OK if result.held else EXIT_FAILED
+
+
+def _find_scenario(ref: str) -> Scenario:
+    built_in = find(ref)
+    if built_in is not None:
+        return built_in
+    path, name = split_play_ref(ref)
+    if path.suffix != ".py" and not path.exists():
+        known = ", ".join(s.name for s in BUILT_IN)
+        raise UsageError(f"no scenario {ref!r}: name a built-in one ({known}) or a FILE.py")
+    with _importable_from(path.parent):
+        module = load_play_module(path)
+    found = {attr: obj for attr, obj in vars(module).items() if isinstance(obj, Scenario)}
+    if name is not None:
+        chosen = found.get(name) or next((s for s in found.values() if s.name == name), None)
+        if chosen is None:
+            raise UsageError(f"{path} has no scenario {name!r}; scenarios in it: {_names(found)}")
+        return chosen
+    if len(found) != 1:
+        many = f"several scenarios ({_names(found)}); pick one with {path}:NAME"
+        raise UsageError(f"{path} has {many if found else 'no trioplay.scenario.Scenario'}")
+    return next(iter(found.values()))
+
+
+def _names(found: dict[str, Scenario]) -> str:
+    return ", ".join(found) or "none"
+
+
+@contextlib.contextmanager
+def _stall_lines_quiet(debug: bool) -> Iterator[None]:
+    """Stall lines go to stalls.log, not the terminal (unless ``--debug``)."""
+    logger = logging.getLogger("trioplay.stall")
+    level = logger.level
+    if not debug:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

@@ -1,0 +1,221 @@
+"""Running a scenario: one run of its play, in virtual time, every event kept."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+import trio.testing
+
+from .._errors import format_error
+from .._plugins import open_store
+from .._runtime import open_runtime
+from ._judge import judge
+from ._result import ScenarioResult
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from .._events import RuntimeEvent
+    from .._store import Store
+    from ._model import Scenario
+
+EPOCH = 1_800_000_000.0
+"""The wall clock of a scenario at virtual time 0 (leases and stored times count from it)."""
+
+
+def run_scenario(scenario: Scenario, *, seed: int = 0) -> ScenarioResult:
+    """Run ``scenario`` once under ``MockClock(autojump_threshold=0)`` and judge it.
+
+    Call it from synchronous code (it starts its own ``trio.run``). Virtual
+    time starts at 0; the runtime's wall clock (lease expiry, stored
+    timestamps) is :data:`EPOCH` plus virtual time, so nothing in the run
+    depends on when or how fast it ran: the same scenario and seed give the
+    same events.
+    """
+    began = time.perf_counter()
+    ran: list[_Ran] = []
+
+    async def main() -> None:
+        ran.append(await _run(scenario, seed))
+
+    with _seeded_scheduler(0):
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    [done] = ran
+    result = ScenarioResult(
+        scenario=scenario.name,
+        description=scenario.description,
+        seed=seed,
+        events=done.events,
+        status=done.status,
+        error=done.error,
+        virtual_seconds=done.virtual_seconds,
+        row_errors=done.row_errors,
+        stored_rows=done.stored_rows,
+        wall_seconds=time.perf_counter() - began,
+    )
+    return attrs.evolve(result, problems=tuple(judge(result, scenario.expect)))
+
+
+async def _run(scenario: Scenario, seed: int) -> _Ran:
+    setup = scenario.setup(seed)
+    events: list[RuntimeEvent] = []
+    start = trio.current_time()
+    run_id = f"scenario-{scenario.name}"
+    status, error = "failed", None
+    row_errors: dict[str, int] = {}
+    stored: dict[str, int] = {}
+    try:
+        async with open_runtime(
+            store=setup.store(open_store(setup.store_url)),
+            tools=setup.tools,
+            limits=setup.limits,
+            fetch_timeouts=setup.fetch_timeouts,
+            allow_networks=setup.allow_networks,
+            http_transport=setup.http_transport,
+            on_event=events.append,
+            wall_clock=lambda: EPOCH + trio.current_time(),
+        ) as rt:
+            with trio.move_on_after(setup.deadline):
+                try:
+                    await rt.run(setup.play, setup.input, run_id=run_id)
+                    status = "completed"
+                except Exception as exc:
+                    error = format_error(exc)
+            ended = trio.current_time()
+            # What the failed rows failed with; a store still broken gets a minute.
+            with trio.move_on_after(60):
+                row_errors, stored = await _sheet(rt.store, run_id)
+    except Exception as exc:
+        error = format_error(exc)
+        ended = trio.current_time()
+    finished = [e for e in events if e.type == "run.finished"]
+    if finished:
+        # The runtime's own word on how the run ended.
+        status, error = finished[-1].data["status"], finished[-1].data["error"]
+    elif status != "completed" and error is None:
+        status, error = "cancelled", "cancelled"
+    return _Ran(tuple(events), status, error, ended - start, row_errors, stored)
+
+
+@contextlib.contextmanager
+def _seeded_scheduler(seed: int) -> Iterator[None]:
+    """Trio's scheduler, made to run tasks that wake together in an order drawn from ``seed``.
+
+    Trio runs the tasks that woke together in a random order, on purpose, so
+    that code cannot come to depend on it; and timers due at the same
+    instant fire in the order of their cancel scopes' addresses. Under a
+    mock clock many tasks wake at the same instant (a heartbeat and a stall
+    timer, both on the minute), and what a stall line sees then depends on
+    that order. Trio has a switch for this, the one its Hypothesis plugin
+    turns on to make test runs reproducible: each batch of woken tasks is
+    sorted by creation and then shuffled by Trio's generator ``_r``, which
+    is seeded here. Both are Trio internals; they are put back afterwards.
+    """
+    from trio._core import _run as trio_run
+
+    deterministic = trio_run._ALLOW_DETERMINISTIC_SCHEDULING
+    state = trio_run._r.getstate()
+    trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
+    trio_run._r.seed(seed)
+    try:
+        yield
+    finally:
+        trio_run._r.setstate(state)
+        trio_run._ALLOW_DETERMINISTIC_SCHEDULING = deterministic  # type: ignore[misc]
+
+
+@attrs.frozen
+class _Ran:
+    events: tuple[RuntimeEvent, ...]
+    status: str
+    error: str | None
+    virtual_seconds: float
+    row_errors: dict[str, int]
+    stored_rows: dict[str, int]
+
+
+async def _sheet(store: Store, run_id: str) -> tuple[dict[str, int], dict[str, int]]:
+    """The failed rows of the run counted by error type, and its stored rows by status."""
+    counts: dict[str, int] = {}
+    stored: dict[str, int] = {}
+    for dataset in await store.list_datasets(run_id):
+        for status, n in (await store.count_rows(run_id, dataset)).items():
+            stored[status] = stored.get(status, 0) + n
+        after = -1
+        while rows := await store.read_rows(run_id, dataset, status="failed", after_position=after):
+            for row in rows:
+                kind = (row.error or "unknown").split(":", 1)[0]
+                counts[kind] = counts.get(kind, 0) + 1
+            after = rows[-1].position
+    return dict(sorted(counts.items())), dict(sorted(stored.items()))
+
+
+def write_outputs(result: ScenarioResult, out: Path) -> list[Path]:
+    """Write ``events.jsonl``, ``stalls.log`` and ``summary.json`` into ``out``; return them.
+
+    The trace (``trace.json``) and the timeline picture (``timeline.svg``)
+    are drawn from the same events by the event-stream writers, beside
+    these three.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {
+        "events.jsonl": result.events_jsonl(),
+        "stalls.log": result.stall_log(),
+        "summary.json": json.dumps(result.summary(), indent=2, sort_keys=True) + "\n",
+    }
+    written = []
+    for name, text in files.items():
+        path = out / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def describe(result: ScenarioResult) -> list[str]:
+    """A short summary of ``result`` for a terminal: what stalled, how long, why, the verdict."""
+    summary: dict[str, Any] = result.summary()
+    rows = summary["rows"]
+    counted = ", ".join(f"{n:,} {k}" for k, n in rows.items()) or "no rows"
+    lines = [
+        f"scenario {result.scenario} (seed {result.seed}): the run ended {result.status} "
+        f"after {_duration(result.virtual_seconds)} of virtual time "
+        f"({result.wall_seconds:.2f} s wall); rows: {counted}",
+    ]
+    if result.error:
+        lines.append(f"  error: {result.error}")
+    if result.row_errors:
+        failed = ", ".join(f"{n:,} {kind}" for kind, n in result.row_errors.items())
+        lines.append(f"  failed rows: {failed}")
+    if summary["stall_lines"]:
+        waited = _duration(summary["longest_unsettled_ms"] / 1000)
+        lines.append(
+            f"  stalled: {summary['stall_lines']} stall lines from "
+            f"{summary['first_stall_at']:g} s; the oldest item waited {waited}"
+        )
+        for cause in summary["causes"]:
+            named = ", ".join(f"{k} {v}" for k, v in cause.items() if v is not None)
+            lines.append(f"  named as the cause: {named}")
+        if summary["max_loop_lag_ms"]:
+            lines.append(f"  loop lag: up to {summary['max_loop_lag_ms']:,} ms")
+    else:
+        lines.append("  stalled: no stall line")
+    if result.held:
+        lines.append("  expectations: held")
+    else:
+        lines.append("  expectations: NOT held")
+        lines += [f"    - {problem}" for problem in result.problems]
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min {secs} s" if hours else f"{minutes} min {secs} s"
