@@ -47,7 +47,7 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
         "completed",
         {"completed": 12, "failed": 0},
         {},
-        {"writer_admission"},
+        {"writer_admission", "writer_commit"},
         {"oldest_phase": "writer_admission", "oldest_tool": None},
     ),
     "store-outage": (

@@ -127,10 +127,9 @@ class _Call:
 
 @attrs.define(eq=False)
 class _Cohort:
-    """Calls claimed together: one heartbeat keeps their leases until all settle."""
+    """Calls claimed together: their leases are renewed together until all settle."""
 
-    remaining: int
-    settled: trio.Event = attrs.field(factory=trio.Event)
+    remaining: int  # calls not yet delivered
 
 
 # -- the turn -----------------------------------------------------------------
@@ -194,8 +193,6 @@ class InFlight:
         cohort = call.cohort
         if cohort is not None:
             cohort.remaining -= 1
-            if cohort.remaining == 0:
-                cohort.settled.set()
 
     def forget(self, call: _Call) -> None:
         """The key is no longer in flight: an identical call from now on claims again."""

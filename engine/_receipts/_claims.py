@@ -6,10 +6,11 @@ times their size, so at most one batch's payloads are fetched and decoded at
 once. Inside the turn, completed receipts are replayed and recorded failures
 raised again; a payload that does not read back fails its callers with
 :class:`CorruptReceipt` and nothing else. Calls that turn out to be ours to
-run leave the turn before they run: they form a cohort with one heartbeat
-and go to the executor. Receipts held by another live owner are waited on
-by the run's **poller**, which claims every waiting key again in one store
-call per ``receipt_wait_delay``, its sleep outside the turn.
+run leave the turn before they run: they form a cohort, whose leases the
+run's heartbeat renews together, and go to the executor. Receipts held by
+another live owner are waited on by the run's **poller**, which claims every
+waiting key again in one store call per ``receipt_wait_delay``, its sleep
+outside the turn.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class Claimer:
         deliver: Callable[..., None],
         admit: Callable[[_Call], None],
         execute: Callable[[list[tuple[_Call, Claimed]], BatchFunction | None], Awaitable[None]],
-        heartbeat: Callable[[list[_Call], _Cohort], Awaitable[None]],
+        watch: Callable[[list[_Call], _Cohort], None],
         release_shielded: Callable[[list[Lease]], Awaitable[None]],
         trace: Recorder | None = None,
     ) -> None:
@@ -74,7 +75,7 @@ class Claimer:
         self._deliver = deliver
         self._admit = admit
         self._execute = execute
-        self._heartbeat = heartbeat
+        self._watch = watch
         self._release_shielded = release_shielded
         self._turn = trio.Lock()  # the hydration turn (fair: batches take it in order)
         self._waits: list[_Wait] = []  # calls waiting on another owner's receipt
@@ -144,7 +145,7 @@ class Claimer:
             deliver(call, value, error)
 
     def _start(self, owned: list[tuple[_Call, Claimed]], spec: ToolSpec | None) -> None:
-        """Hand claimed calls to their owners (or native batch requests), one heartbeat for all."""
+        """Hand claimed calls to their owners (or native batch requests), as one cohort."""
         if not owned:
             return
         cohort = _Cohort(len(owned))
@@ -156,7 +157,7 @@ class Claimer:
             call.lease_id = claim.lease_id
             call.expires_at = claim.lease_expires_at
             call.cohort = cohort
-        self._spawn(self._heartbeat, [call for call, _ in owned], cohort)
+        self._watch([call for call, _ in owned], cohort)
         if spec is not None and spec.batch is not None:
             size = spec.batch_max or self._limits.tool_batch_max
             for start in range(0, len(owned), size):

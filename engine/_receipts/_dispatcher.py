@@ -24,8 +24,9 @@ The path of a tool call (each step in the module named):
    interval, its sleep outside the turn); claimed ones leave the turn and
    execute.
 5. **Execution** (``_execute``, ``_leases``). The caller's own task runs its
-   claimed call (a native batch request runs in a task of its own); one
-   heartbeat task per cohort of calls claimed together keeps their leases.
+   claimed call (a native batch request runs in a task of its own); the
+   run's heartbeat task keeps the leases of every cohort of calls claimed
+   together, renewing all that are due in one store call.
    The governor admits the call; it runs under its timeout with the
    provider idempotency key (retried within the claim if the tool allows
    ``retries``). Its settlement (complete, fail or release) goes to the
@@ -46,7 +47,7 @@ the map and the run fail with :class:`PersistenceLatchTripped`
 (:meth:`Dispatcher.raise_if_latched`).
 
 :func:`open_dispatcher` opens a dispatcher in a nursery of its own, which
-holds every task it starts (the settler, lanes, claims, heartbeats, the
+holds every task it starts (the settler, the heartbeat, lanes, claims, the
 poller of waits, native batch requests); its block is where the run's play
 runs. A call made after the block is left raises :class:`RunEnded`.
 
@@ -111,7 +112,7 @@ class Dispatcher:
         self._settler = settler = _Settler(
             store, wall_clock, limits.cleanup_timeout, inflight.deliver, governor.release, trace
         )
-        leases = Leases(store, wall_clock, limits, trace)
+        self._leases = leases = Leases(store, wall_clock, limits, trace)
         executor = Executor(
             governor=governor,
             limits=limits,
@@ -134,7 +135,7 @@ class Dispatcher:
             deliver=inflight.deliver,
             admit=executor.admit,
             execute=executor.execute,
-            heartbeat=leases.heartbeat,
+            watch=leases.watch,
             release_shielded=leases.release_shielded,
             trace=trace,
         )
@@ -340,6 +341,7 @@ async def open_dispatcher(
             trace=trace,
         )
         await nursery.start(dispatcher._settler.run)
+        await nursery.start(dispatcher._leases.run)
         try:
             yield dispatcher
         finally:

@@ -1,7 +1,8 @@
-"""The leases of claimed calls: one heartbeat per cohort, and release under a shield."""
+"""The leases of claimed calls: one heartbeat task per run, and release under a shield."""
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import TYPE_CHECKING
 
@@ -37,47 +38,85 @@ class Leases:
         self._store = store
         self._now = now
         self._lease_ttl = limits.lease_ttl
+        self._interval = limits.lease_ttl / 2
         self._cleanup_timeout = limits.cleanup_timeout
+        # Watched cohorts, oldest first: (when their renewal is due, calls, cohort).
+        self._watched: collections.deque[tuple[float, list[_Call], _Cohort]] = collections.deque()
+        self._wakeup = trio.Event()  # a cohort was watched while none was
 
-    async def heartbeat(self, calls: list[_Call], cohort: _Cohort) -> None:
-        """Renew the cohort's leases every ``lease_ttl / 2``.
+    def watch(self, calls: list[_Call], cohort: _Cohort) -> None:
+        """Keep the leases of ``calls`` (claimed together) until they all settle."""
+        watched = self._watched
+        if not watched:
+            self._wakeup.set()
+        watched.append((trio.current_time() + self._interval, calls, cohort))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The run's heartbeat: renew each watched cohort's leases every ``lease_ttl / 2``.
+
+        One task for the run, not one per cohort: cohorts are watched in the
+        order they were claimed, which is the order their renewals fall due,
+        so the task sleeps until the oldest is due and renews every cohort due
+        by then in one store call. A cohort that settled meanwhile is dropped.
+        """
+        task_status.started()
+        watched = self._watched
+        while True:
+            if not watched:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                continue
+            due, _, cohort = watched[0]
+            if not cohort.remaining:
+                watched.popleft()
+                continue
+            await trio.sleep_until(due)
+            now = trio.current_time()
+            renewing: list[tuple[list[_Call], _Cohort]] = []
+            while watched and watched[0][0] <= now:
+                _, calls, cohort = watched.popleft()
+                if cohort.remaining:
+                    renewing.append((calls, cohort))
+            await self._renew([call for calls, _ in renewing for call in calls])
+            due = trio.current_time() + self._interval
+            for calls, cohort in renewing:
+                if cohort.remaining and any(call.state is CLAIMED for call in calls):
+                    watched.append((due, calls, cohort))
+
+    async def _renew(self, calls: list[_Call]) -> None:
+        """Renew the leases of ``calls`` in one store call.
 
         Calls whose completion is being written are skipped, and a lease that
         vanished because its own completion landed is no loss. A renewal that
         shows a lease gone cancels that call's scope: it ends with ``LeaseLost``.
         """
-        interval = self._lease_ttl / 2
-        while True:
-            with trio.move_on_after(interval):
-                await cohort.settled.wait()
-                return
-            live = [c for c in calls if c.state is CLAIMED]
-            if not live:
-                return
-            try:
-                expiries = await self._store.heartbeat_many(
-                    [Lease(c.key, c.lease_id) for c in live],
-                    lease_ttl=self._lease_ttl,
-                    now=self._now(),
-                )
-            except Exception as exc:
-                # The next renewal may succeed; the pre-call check and the
-                # fenced completion stay safe meanwhile.
-                log.warning("lease heartbeat failed: %s", exc)
-                continue
-            lost = 0
-            for call, expiry in zip(live, expiries, strict=True):
-                if expiry is not None:
-                    call.expires_at = expiry
-                elif call.state is CLAIMED:
-                    call.state = LOST
-                    lost += 1
-                    if self._trace is not None:
-                        self._trace.add(LeaseLost, call.key)
-                    if call.scope is not None:
-                        call.scope.cancel()
-            if self._trace is not None:
-                self._trace.add(LeaseRenewed, len(live) - lost, lost)
+        live = [c for c in calls if c.state is CLAIMED]
+        if not live:
+            return
+        try:
+            expiries = await self._store.heartbeat_many(
+                [Lease(c.key, c.lease_id) for c in live],
+                lease_ttl=self._lease_ttl,
+                now=self._now(),
+            )
+        except Exception as exc:
+            # The next renewal may succeed; the pre-call check and the
+            # fenced completion stay safe meanwhile.
+            log.warning("lease heartbeat failed: %s", exc)
+            return
+        lost = 0
+        for call, expiry in zip(live, expiries, strict=True):
+            if expiry is not None:
+                call.expires_at = expiry
+            elif call.state is CLAIMED:
+                call.state = LOST
+                lost += 1
+                if self._trace is not None:
+                    self._trace.add(LeaseLost, call.key)
+                if call.scope is not None:
+                    call.scope.cancel()
+        if self._trace is not None:
+            self._trace.add(LeaseRenewed, len(live) - lost, lost)
 
     async def release_shielded(self, leases: list[Lease]) -> None:
         """Give ``leases`` back, even while cancelled (bounded by ``cleanup_timeout``)."""
