@@ -54,14 +54,35 @@ _encode_canonical = _fast(_canonical)
 _encode_compact = _fast(_compact)
 
 
+def _storable(text: str) -> str:
+    """``text``, if it is valid Unicode; a lone surrogate raises ``ValueError``.
+
+    JSON text is stored as UTF-8, which has no spelling for a lone surrogate
+    (what ``os.fsdecode`` makes of a byte that is not UTF-8, say). Refused
+    here, such text fails the one call or row that made it, on every store
+    alike, instead of the store's write for a whole batch.
+    """
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            bad = text[exc.start : exc.end]
+            raise ValueError(
+                f"text that is not valid Unicode ({bad!r}, a lone surrogate, at character"
+                f" {exc.start} of its JSON) cannot be stored; decode bytes with the right"
+                " codec, or errors='replace'"
+            ) from None
+    return text
+
+
 def canonical_json(value: Any) -> str:
     """The one canonical spelling of ``value``; raises ``ValueError``/``TypeError``."""
-    return _encode_canonical(value)
+    return _storable(_encode_canonical(value))
 
 
 def dumps(value: Any) -> str:
     """Compact JSON in insertion order (for stored rows and payloads)."""
-    return _encode_compact(value)
+    return _storable(_encode_compact(value))
 
 
 def _to_dict(value: Any) -> Any:

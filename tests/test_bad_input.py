@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 import trioplay
 from trioplay.stores.memory import MemoryStore
@@ -451,3 +452,40 @@ async def test_a_page_size_that_is_not_a_whole_number_is_refused() -> None:
             match=r"^page_size must be a positive number, got 2.5; accepted: whole numbers",
         ):
             await rt.run(play, {}, run_id="r")
+
+
+LONE_SURROGATE = "caf\udce9"  # what os.fsdecode makes of a Latin-1 byte: not storable as UTF-8
+
+
+@pytest.mark.parametrize("where", ["tool result", "row output"])
+async def test_text_that_is_not_valid_unicode_fails_its_row_not_the_run(
+    tmp_path: Path, where: str
+) -> None:
+    """A lone surrogate cannot be stored as UTF-8: on SQLite it failed the whole
+    run with a StoreError (and tripped the latch); now its own row fails, on
+    every store alike, saying which text and what to do."""
+
+    async def finder(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        bad = input["domain"] == "b.example" and where == "tool result"
+        return {"email": LONE_SURROGATE if bad else f"info@{input['domain']}"}
+
+    async def email(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+        value = (await rc.tool("finder", {"domain": row["domain"]}))["email"]
+        return LONE_SURROGATE if row["domain"] == "b.example" and where == "row output" else value
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        rows = [{"domain": f"{name}.example"} for name in "abc"]
+        result = await ctx.dataset("s", rows).with_column("email", email).run(key="domain")
+        return [row async for row in result.rows(status="failed")]
+
+    tools = trioplay.ToolRegistry()
+    tools.add("finder", finder)
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with trioplay.open_runtime(store=store, tools=tools) as rt:
+        with trio.fail_after(20):
+            failed = await rt.run(play, {}, run_id="r")
+    [row] = failed
+    assert row["domain"] == "b.example"
+    assert "not valid Unicode" in row["_error"], row["_error"]
+    assert "\\udce9" in row["_error"], row["_error"]

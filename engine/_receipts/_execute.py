@@ -308,7 +308,8 @@ class Executor:
                     text = dumps(result)
                 except (TypeError, ValueError) as exc:
                     result = ToolExecutionError(
-                        f"{call.operation} {call.name!r} returned a value that is not JSON: {exc}",
+                        f"{call.operation} {call.name!r} returned a value that cannot be"
+                        f" stored as JSON: {exc}",
                         tool_id=call.name,
                     )
                 else:
