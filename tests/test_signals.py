@@ -274,6 +274,37 @@ def test_ctrl_c_as_a_task_parks_is_a_keyboard_interrupt(
     _assert_interrupted_cleanly(interrupter.each_moment(tmp_path, _small_cycle))
 
 
+def test_ctrl_c_as_an_engine_nursery_exits_is_a_keyboard_interrupt(tmp_path: Path) -> None:
+    """Ctrl-C as the exit of an ``async with`` in the engine begins, at each one of a run in turn.
+
+    The moment: the entry of an ``__aexit__`` called from the engine's code,
+    where Python checks for signals. An exit interrupted there never runs:
+    a nursery left open corrupts Trio's nursery stack (a ``RuntimeError``
+    or ``TrioInternalError``, the run recorded ``failed``).
+    """
+    interrupter = _Interrupter()
+    engine = os.path.dirname(trioplay.__file__)
+
+    def trace(frame: FrameType, event: str, arg: object) -> None:
+        caller = frame.f_back
+        if (
+            event == "call"
+            and frame.f_code.co_name == "__aexit__"
+            and caller is not None
+            and caller.f_code.co_filename.startswith(engine)
+        ):
+            interrupter.moment(frame)
+
+    def traced(db: Path) -> None:
+        sys.settrace(trace)
+        try:
+            _small_cycle(db)
+        finally:
+            sys.settrace(None)
+
+    _assert_interrupted_cleanly(interrupter.each_moment(tmp_path, traced))
+
+
 async def test_plays_resolvers_and_tools_stay_interruptible() -> None:
     """The engine's protection from Ctrl-C stops where the user's code begins."""
     protected: dict[str, bool] = {}
