@@ -13,13 +13,12 @@ own ``__cause__`` and is raised as if no nursery were involved.
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from types import TracebackType
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -48,17 +47,47 @@ def collapse(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return first
 
 
-@asynccontextmanager
-async def open_nursery() -> AsyncIterator[trio.Nursery]:
-    """``trio.open_nursery()`` that raises one error instead of a group."""
-    try:
-        async with trio.open_nursery() as nursery:
-            yield nursery
-    except BaseExceptionGroup as group:
-        error = collapse(group)
-        if len(_leaves(group)) == 1:
-            # A lone error: keep its own cause, hide the wrapper group.
-            raise error from error.__cause__
-        # The others stay reachable through the group (as the context, when
-        # the winner's own cause says more about why it happened).
-        raise error from (error.__cause__ if error.__cause__ is not None else group)
+def _raise_one(group: BaseExceptionGroup[BaseException]) -> NoReturn:
+    error = collapse(group)
+    if len(_leaves(group)) == 1:
+        # A lone error: keep its own cause, hide the wrapper group.
+        raise error from error.__cause__
+    # The others stay reachable through the group (as the context, when
+    # the winner's own cause says more about why it happened).
+    raise error from (error.__cause__ if error.__cause__ is not None else group)
+
+
+class open_nursery:
+    """``trio.open_nursery()`` that raises one error instead of a group.
+
+    A context manager whose ``__aenter__`` and ``__aexit__`` are protected
+    from ``KeyboardInterrupt``, as Trio's own are, rather than an
+    ``asynccontextmanager``: Python checks for signals as a function begins,
+    and Ctrl-C landing as contextlib's ``__aexit__`` began (engine code
+    below the play is not protected) left the nursery open, which corrupts
+    Trio's nursery stack (a ``RuntimeError`` or ``TrioInternalError``).
+    """
+
+    __slots__ = ("_manager",)
+
+    def __init__(self) -> None:
+        self._manager = trio.open_nursery()
+
+    @trio.lowlevel.enable_ki_protection
+    async def __aenter__(self) -> trio.Nursery:
+        return await self._manager.__aenter__()
+
+    @trio.lowlevel.enable_ki_protection
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        try:
+            suppressed = bool(await self._manager.__aexit__(exc_type, exc, traceback))
+        except BaseExceptionGroup as group:
+            _raise_one(group)
+        if not suppressed and isinstance(exc, BaseExceptionGroup):
+            _raise_one(exc)  # the nursery let the body's own group through
+        return suppressed

@@ -84,9 +84,10 @@ class _StoreProblems(logging.Handler):
             self.messages.append(message)
 
 
-async def _run(url: str) -> Any:
+async def run_play(url: str, rows: int = ROWS) -> Any:
+    """The cycle's play on the store at ``url`` (run id ``cycle``), to its end or an interrupt."""
     async with trioplay.open_runtime(store=url, tools=TOOLS, limits=LIMITS) as rt:
-        return await rt.run(play, {"rows": ROWS}, run_id="cycle")
+        return await rt.run(play, {"rows": rows}, run_id="cycle")
 
 
 def _interrupt_after(delay: float, armed: list[bool], lock: threading.Lock) -> None:
@@ -96,7 +97,7 @@ def _interrupt_after(delay: float, armed: list[bool], lock: threading.Lock) -> N
             signal.raise_signal(signal.SIGINT)
 
 
-def _status(db: Path) -> str | None:
+def stored_status(db: Path) -> str | None:
     if not db.exists():
         return None
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
@@ -116,7 +117,7 @@ def cycle(db: Path, delay: float, problems: _StoreProblems) -> dict[str, Any]:
     try:
         try:
             thread.start()
-            trio.run(_run, url)
+            trio.run(run_play, url)
         finally:
             with lock:
                 armed[0] = False
@@ -127,19 +128,19 @@ def cycle(db: Path, delay: float, problems: _StoreProblems) -> dict[str, Any]:
     except BaseException as exc:  # what an interrupt must never turn into
         report["problem"] = f"{type(exc).__name__}: {exc}"
         traceback.print_exception(exc, file=sys.stderr)
-    status = _status(db)
+    status = stored_status(db)
     report["status"] = status
     if status == "running" and report["problem"] is None:
         report["problem"] = "the run was left running"
     if problems.messages and report["problem"] is None:
         report["problem"] = "; ".join(problems.messages)
     try:
-        completed = trio.run(_run, url)
+        completed = trio.run(run_play, url)
     except Exception as exc:
         report["resumed"] = False
         report["problem"] = report["problem"] or f"resume: {type(exc).__name__}: {exc}"
     else:
-        report["resumed"] = completed is not None and _status(db) == "completed"
+        report["resumed"] = completed is not None and stored_status(db) == "completed"
     return report
 
 

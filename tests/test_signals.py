@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -23,7 +24,12 @@ import trio
 import trioplay
 from benchmarks import sigint_trials
 
+from . import ki_cycles
 from .support import registry
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -173,6 +179,130 @@ def test_ctrl_c_in_a_library_program_never_leaves_the_store_in_a_transaction(
     problems = [cycle for cycle in cycles if cycle["problem"] or not cycle["resumed"]]
     assert not problems, problems
     assert sum(cycle["interrupted"] for cycle in cycles) >= len(cycles) // 2, cycles
+
+
+class _Interrupter:
+    """Ctrl-C at the n-th moment of a kind in a run: Trio's SIGINT handler, called there.
+
+    Python runs a signal's handler in the frame it interrupts; calling Trio's
+    handler with that frame does what a SIGINT arriving then does: raise
+    ``KeyboardInterrupt`` there unless the code is protected, else deliver it
+    at the next checkpoint. The random delays of ``tests.ki_cycles`` find
+    such a moment only now and then; this visits each one of a small run.
+    """
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.at = 0
+
+    def moment(self, frame: FrameType) -> None:
+        self.seen += 1
+        if self.seen == self.at:
+            handler = signal.getsignal(signal.SIGINT)
+            assert callable(handler)
+            assert handler is not signal.default_int_handler  # Trio's
+            handler(signal.SIGINT, frame)
+
+    def each_moment(self, tmp_path: Path, run: Callable[[Path], None]) -> dict[str, list[int]]:
+        """Run ``tests.ki_cycles``' play interrupted at each moment in turn; what each became.
+
+        After each, the run resumes to the end. Trio handles SIGINT only
+        where it is Python's own handler (not in a background job, where it
+        is ignored), so that is set for the while.
+        """
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            self.seen, self.at = 0, 0
+            run(tmp_path / "clean.db")
+            moments = self.seen
+            outcomes: dict[str, list[int]] = {}
+            for self.at in range(1, moments + 1):
+                db = tmp_path / f"at-{self.at}.db"
+                self.seen = 0
+                try:
+                    run(db)
+                except KeyboardInterrupt:
+                    outcome = "interrupted"
+                except BaseException as exc:
+                    outcome = f"{type(exc).__name__} (from {type(exc.__cause__).__name__})"
+                else:
+                    outcome = "completed"
+                status = ki_cycles.stored_status(db)
+                outcomes.setdefault(f"{outcome}, then {status}", []).append(self.at)
+                self.at = 0
+                run(db)
+                assert ki_cycles.stored_status(db) == "completed", outcomes
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return outcomes
+
+
+def _small_cycle(db: Path) -> None:
+    async def bounded() -> None:
+        with trio.fail_after(10):
+            await ki_cycles.run_play(f"sqlite:///{db}", rows=4)
+
+    trio.run(bounded)
+
+
+def _assert_interrupted_cleanly(outcomes: dict[str, list[int]]) -> None:
+    """Each interrupt raised KeyboardInterrupt (or landed after the end), never another error."""
+    cleanly = {f"interrupted, then {status}" for status in ("cancelled", "completed", None)}
+    assert set(outcomes) <= {*cleanly, "completed, then completed"}, outcomes
+    assert "interrupted, then cancelled" in outcomes, outcomes
+
+
+def test_ctrl_c_as_a_task_parks_is_a_keyboard_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C as a task is about to park, at each park of a run in turn.
+
+    The moment: the frame about to yield to Trio in
+    ``trio.lowlevel.wait_task_rescheduled``, as the engine and the store
+    call it. A caller that named itself as its call's owner and was
+    interrupted before parking was woken later for nothing (a
+    ``TrioInternalError``, the run left ``running``).
+    """
+    interrupter = _Interrupter()
+    original = trio.lowlevel.wait_task_rescheduled
+
+    async def wait_task_rescheduled(abort_func: Callable[[Any], trio.lowlevel.Abort]) -> Any:
+        interrupter.moment(sys._getframe())
+        return await original(abort_func)
+
+    monkeypatch.setattr(trio.lowlevel, "wait_task_rescheduled", wait_task_rescheduled)
+    _assert_interrupted_cleanly(interrupter.each_moment(tmp_path, _small_cycle))
+
+
+def test_ctrl_c_as_an_engine_nursery_exits_is_a_keyboard_interrupt(tmp_path: Path) -> None:
+    """Ctrl-C as the exit of an ``async with`` in the engine begins, at each one of a run in turn.
+
+    The moment: the entry of an ``__aexit__`` called from the engine's code,
+    where Python checks for signals. An exit interrupted there never runs:
+    a nursery left open corrupts Trio's nursery stack (a ``RuntimeError``
+    or ``TrioInternalError``, the run recorded ``failed``).
+    """
+    interrupter = _Interrupter()
+    engine = os.path.dirname(trioplay.__file__)
+
+    def trace(frame: FrameType, event: str, arg: object) -> None:
+        caller = frame.f_back
+        if (
+            event == "call"
+            and frame.f_code.co_name == "__aexit__"
+            and caller is not None
+            and caller.f_code.co_filename.startswith(engine)
+        ):
+            interrupter.moment(frame)
+
+    def traced(db: Path) -> None:
+        sys.settrace(trace)
+        try:
+            _small_cycle(db)
+        finally:
+            sys.settrace(None)
+
+    _assert_interrupted_cleanly(interrupter.each_moment(tmp_path, traced))
 
 
 async def test_plays_resolvers_and_tools_stay_interruptible() -> None:

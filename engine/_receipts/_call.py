@@ -134,21 +134,24 @@ class _Cohort:
 
 # -- the turn -----------------------------------------------------------------
 @trio.lowlevel.enable_ki_protection
-def park(call: _Call) -> Awaitable[object]:
-    """``await park(call)``: park the owner until its call is delivered or is its to run.
+async def park(call: _Call) -> None:
+    """Park the owner until its call is delivered or is its to run (see :func:`wake`).
 
-    A plain function returning Trio's own awaitable, so a parked owner's
-    stack is a frame shorter each time it is resumed (see :func:`wake`).
+    A coroutine, not a plain function returning Trio's awaitable: the
+    protection covers only this function's own frame, and Trio's awaitable
+    runs in its awaiter's, where (in the caller's unprotected frame) Ctrl-C
+    could land after the owner is named and before it parks.
     """
     if call.woken:
-        return trio.lowlevel.checkpoint()  # noqa: ASYNC105 (awaited by the caller)
+        await trio.lowlevel.checkpoint()
+        return
 
     def abort(_: object) -> trio.lowlevel.Abort:
         call.owner = None
         return trio.lowlevel.Abort.SUCCEEDED
 
     call.owner = trio.lowlevel.current_task()
-    return trio.lowlevel.wait_task_rescheduled(abort)  # noqa: ASYNC105 (awaited by the caller)
+    await trio.lowlevel.wait_task_rescheduled(abort)
 
 
 @trio.lowlevel.enable_ki_protection
