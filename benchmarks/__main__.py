@@ -20,12 +20,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import compare, fetch, instructions, memory, scaling, sigint_trials, throughput
+from . import compare, fetch, instructions, latency, memory, scaling, sigint_trials, throughput
 
 QUICK_ROWS = 5_000
 QUICK_MEMORY_ROWS = 2_000
 QUICK_FETCH_REQUESTS = 1_000
 QUICK_SCALING_ROWS = 2_000
+QUICK_SCALING_LATENCY_ROWS = 512
 QUICK_INSTRUCTION_ROWS = 500
 
 Benchmark = Callable[[argparse.Namespace], Any]
@@ -78,6 +79,24 @@ def _scaling(args: argparse.Namespace) -> Any:
     return scaling.run(rows, save=args.save)
 
 
+def _scaling_latency(args: argparse.Namespace) -> Any:
+    rows = args.rows or (QUICK_SCALING_LATENCY_ROWS if args.quick else scaling.LATENCY_ROWS)
+    return scaling.run(rows, save=args.save, latency=scaling.LATENCY, stores=("postgres",))
+
+
+def _latency(args: argparse.Namespace) -> Any:
+    rounds = args.rounds or (1 if args.quick else latency.DEFAULT_ROUNDS)
+    contenders = tuple(args.only.split(",")) if args.only else latency.CONTENDERS
+    return latency.run(
+        latencies=latency.LATENCIES[:1] if args.quick else latency.LATENCIES,
+        rows=args.rows,
+        rounds=rounds,
+        contenders=contenders,
+        quick=args.quick,
+        save=args.save,
+    )
+
+
 def _sigint(args: argparse.Namespace) -> Any:
     trials = args.trials or (6 if args.quick else sigint_trials.DEFAULT_TRIALS)
     report = sigint_trials.run(
@@ -97,6 +116,11 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "memory-large": (_memory_large, "peak RSS of 10,000 rows whose tool returns 1 MiB each"),
     "fetch": (_fetch, "requests/s of durable ctx.fetch (sqlite) vs plain httpx, local server"),
     "scaling": (_scaling, "rows/s of one run shared by 1, 2 and 4 processes (sqlite, postgres)"),
+    "scaling-latency": (
+        _scaling_latency,
+        "the same with 100 ms tools, 64 rows in flight per process (postgres)",
+    ),
+    "latency": (_latency, "rows/s with 50 and 500 ms tools vs raw Trio's same sleeps"),
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
     "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),

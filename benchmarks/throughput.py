@@ -143,10 +143,13 @@ async def baseline_chunks(n: int) -> dict[str, Any]:
     return clock.read() | {"completed": done[0], "calls": tools.calls}
 
 
-async def baseline_limiter(n: int) -> dict[str, Any]:
-    """One task per row, at most 256 running, through a CapacityLimiter."""
+async def baseline_limiter(n: int, latency: float = 0.0) -> dict[str, Any]:
+    """One task per row, at most 256 running, through a CapacityLimiter.
+
+    ``latency``: each tool first sleeps that long (the latency benchmark's raw Trio).
+    """
     clock = _Stopwatch()
-    tools = DirectTools(registry())
+    tools = DirectTools(registry(latency))
     done = [0]
     limiter = trio.CapacityLimiter(CHUNK)
 
@@ -165,21 +168,33 @@ async def baseline_limiter(n: int) -> dict[str, Any]:
 
 
 # -- trioplay ---------------------------------------------------------------
-async def run_trioplay(n: int, store: str, events: Path | None = None) -> dict[str, Any]:
+async def run_trioplay(
+    n: int,
+    store: str | trioplay.Store,
+    events: Path | None = None,
+    *,
+    latency: float = 0.0,
+    limits: trioplay.Limits | None = None,
+    recorder: Recorder | None = None,
+) -> dict[str, Any]:
     """One fresh run of the benchmark play; returns its output and stats.
 
     The time counts opening the store, the run and closing the store, not the
-    sheet count that checks the run afterwards. ``events``: record every event
-    to that JSON Lines file, as ``trioplay run --events`` does (the time counts
-    writing it).
+    sheet count that checks the run afterwards (``run_seconds``: the run
+    alone). ``events``: record every event to that JSON Lines file, as
+    ``trioplay run --events`` does (the time counts writing it); ``recorder``:
+    record them there instead. ``latency``: each tool first sleeps that long.
     """
     clock = _Stopwatch()
     with contextlib.ExitStack() as files:
-        recorder = None
         if events is not None:
             recorder = Recorder(JsonlSink(files.enter_context(events.open("w", encoding="utf-8"))))
-        async with trioplay.open_runtime(store=store, tools=registry(), recorder=recorder) as rt:
+        async with trioplay.open_runtime(
+            store=store, tools=registry(latency), limits=limits, recorder=recorder
+        ) as rt:
+            run_started = time.perf_counter()
             output = await rt.run(enrich_play, {"rows": n}, run_id=f"bench-{n}")
+            run_seconds = time.perf_counter() - run_started
             stats = rt.last_stats
             clock.pause()
             counts = await rt.store.count_rows(f"bench-{n}", DATASET)
@@ -188,6 +203,7 @@ async def run_trioplay(n: int, store: str, events: Path | None = None) -> dict[s
             recorder.close()
     return {
         **clock.read(),
+        "run_seconds": run_seconds,
         **output,
         "provider_calls": stats.provider_calls if stats else None,
         "replayed": stats.replayed if stats else None,
@@ -263,14 +279,19 @@ async def timed_floor(
     return clock.read() | out
 
 
+def check_engine_run(name: str, n: int, out: dict[str, Any]) -> None:
+    """Raise ``AssertionError`` unless a trioplay run (:func:`run_trioplay`) did all its work."""
+    check_output(out, n, out["provider_calls"])
+    if out["sheet"].get("completed") != n:
+        raise AssertionError(f"{name}: the sheet holds {out['sheet']}, expected {n} completed")
+
+
 def _check(name: str, n: int, out: dict[str, Any]) -> None:
     if name not in ENGINE:
         if out["completed"] != n or out["calls"] != 2 * n:
             raise AssertionError(f"{name}: expected {n} rows and {2 * n} calls, got {out}")
         return
-    check_output(out, n, out["provider_calls"])
-    if out["sheet"].get("completed") != n:
-        raise AssertionError(f"{name}: the sheet holds {out['sheet']}, expected {n} completed")
+    check_engine_run(name, n, out)
     # At least one event per row and per call for every row (admitted ... committed).
     if name in TRACED and out["events"] < 5 * n + 2 * 2 * n:
         raise AssertionError(f"{name}: only {out['events']} events recorded for {n} rows")

@@ -29,11 +29,15 @@ import trio
 import trioplay
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
+
+    Tool = Callable[[dict[str, Any], trioplay.ToolCall], Awaitable[Any]]
 
 DATASET = "leads"
 INDUSTRIES = ("software", "retail", "logistics", "health", "energy", "media", "finance")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+POSTGRES = os.environ.get("TRIOPLAY_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+"""The PostgreSQL server the benchmarks use; each run makes its own schemas and drops them."""
 
 
 def source_rows(n: int) -> Iterator[dict[str, str]]:
@@ -53,11 +57,20 @@ async def email_finder(input: dict[str, Any], call: trioplay.ToolCall) -> dict[s
     return {"email": f"person.{first}@{input['domain']}", "confidence": 0.9}
 
 
-def registry() -> trioplay.ToolRegistry:
+def registry(latency: float = 0.0) -> trioplay.ToolRegistry:
+    """The two tools; with a ``latency``, each first sleeps that long (``trio.sleep``)."""
     tools = trioplay.ToolRegistry()
-    tools.add("company", company_lookup)
-    tools.add("email", email_finder)
+    tools.add("company", _slow(company_lookup, latency) if latency else company_lookup)
+    tools.add("email", _slow(email_finder, latency) if latency else email_finder)
     return tools
+
+
+def _slow(fn: Tool, latency: float) -> Tool:
+    async def slow(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep(latency)
+        return await fn(input, call)
+
+    return slow
 
 
 # -- the resolvers (shared by trioplay and the baseline) --------------------
@@ -132,6 +145,37 @@ def check_output(output: dict[str, Any], n: int, provider_calls: int | None) -> 
         i = int(row["domain"][1 : -len(".example")])
         if row != expected_row(i):
             raise AssertionError(f"row {i} is {row}, expected {expected_row(i)}")
+
+
+# -- PostgreSQL -------------------------------------------------------------
+def postgres_problem() -> str | None:
+    """Why :data:`POSTGRES` cannot be used (a sentence), or ``None`` if it answers."""
+    import psycopg
+
+    try:
+        with psycopg.connect(POSTGRES, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return f"PostgreSQL at {POSTGRES} is unreachable ({str(exc).strip()})"
+    return None
+
+
+def postgres_url(schema: str, **params: str) -> str:
+    """The store URL of :data:`POSTGRES` in ``schema`` (made on open), with more ``params``."""
+    query = "&".join(f"{name}={value}" for name, value in {"schema": schema, **params}.items())
+    return f"{POSTGRES}{'&' if '?' in POSTGRES else '?'}{query}"
+
+
+def drop_schemas(schemas: Sequence[str]) -> None:
+    """Drop the benchmark's schemas (those that exist), saying which could not be."""
+    import psycopg
+
+    try:
+        with psycopg.connect(POSTGRES, autocommit=True, connect_timeout=3) as conn:
+            for schema in schemas:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    except psycopg.Error as exc:
+        print(f"could not drop the schemas {', '.join(schemas)}: {exc}")
 
 
 # -- reporting helpers ------------------------------------------------------
