@@ -20,7 +20,17 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import compare, fetch, instructions, latency, memory, scaling, sigint_trials, throughput
+from . import (
+    compare,
+    fetch,
+    instructions,
+    latency,
+    memory,
+    peers,
+    scaling,
+    sigint_trials,
+    throughput,
+)
 
 QUICK_ROWS = 5_000
 QUICK_MEMORY_ROWS = 2_000
@@ -97,6 +107,17 @@ def _latency(args: argparse.Namespace) -> Any:
     )
 
 
+def _peers(args: argparse.Namespace) -> Any:
+    default = peers.QUICK_CONTENDERS if args.quick else peers.CONTENDERS
+    return peers.run(
+        rows=args.rows or (peers.QUICK_ROWS if args.quick else peers.DEFAULT_ROWS),
+        rounds=args.rounds or (1 if args.quick else peers.DEFAULT_ROUNDS),
+        contenders=tuple(args.only.split(",")) if args.only else default,
+        quick=args.quick,
+        save=args.save,
+    )
+
+
 def _sigint(args: argparse.Namespace) -> Any:
     trials = args.trials or (6 if args.quick else sigint_trials.DEFAULT_TRIALS)
     report = sigint_trials.run(
@@ -121,6 +142,10 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
         "the same with 100 ms tools, 64 rows in flight per process (postgres)",
     ),
     "latency": (_latency, "rows/s with 50 and 500 ms tools vs raw Trio's same sleeps"),
+    "peers": (
+        _peers,
+        "trioplay vs DBOS Transact (SQLite), and the PostgreSQL thread vs trio-asyncio bridge",
+    ),
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
     "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),

@@ -214,6 +214,48 @@ def git_describe() -> str:
     return f"{head}{'+dirty' if dirty else ''}"
 
 
+def tail(text: str, lines: int = 20) -> str:
+    """The last ``lines`` lines of ``text`` (of a child's output, for an error message)."""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def clean_env() -> dict[str, str]:
+    """The environment for children, without a PYTHONPATH that could shadow trioplay."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
+def install_venv(venv: Path, requirements: Sequence[str]) -> str | None:
+    """Make a virtualenv at ``venv`` and pip-install ``requirements`` into it.
+
+    Third-party packages are pinned to the versions this interpreter runs
+    with, so only what is asked for differs. Returns ``None``, or why pip
+    failed (the end of its output).
+    """
+    # ``python -m venv`` run from a virtualenv builds on its base interpreter.
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    constraints = venv / "constraints.txt"
+    frozen = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    constraints.write_text(frozen)
+    python = str(venv / "bin" / "python")
+    pip = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "-c", str(constraints), *requirements],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=clean_env(),
+    )
+    if pip.returncode == 0:
+        return None
+    return "it must work from the package index or the wheels pip is configured with:\n" + tail(
+        pip.stdout + pip.stderr
+    )
+
+
 def stamp(seconds: float) -> str:
     """``seconds`` since the epoch as local ISO 8601 time (a result's ``started_at``)."""
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
