@@ -166,6 +166,38 @@ def postgres_url(schema: str, **params: str) -> str:
     return f"{POSTGRES}{'&' if '?' in POSTGRES else '?'}{query}"
 
 
+def postgres_backend_cpu(application_name: str) -> float | None:
+    """CPU seconds (user + system) of the server processes serving ``application_name``.
+
+    Read from ``/proc``, so only for a server on this machine (``None`` otherwise):
+    the part of a PostgreSQL run's cost that the client's own CPU time leaves out.
+    """
+    import psycopg
+
+    with psycopg.connect(POSTGRES, autocommit=True, connect_timeout=3) as conn:
+        pids = [
+            pid
+            for (pid,) in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                (application_name,),
+            )
+        ]
+    seconds = [process_cpu_seconds(pid) for pid in pids]
+    if not seconds or None in seconds:
+        return None
+    return sum(s for s in seconds if s is not None)
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``), or ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def drop_schemas(schemas: Sequence[str]) -> None:
     """Drop the benchmark's schemas (those that exist), saying which could not be."""
     import psycopg
