@@ -7,7 +7,9 @@ is what ``make bench`` does; ``all`` runs every benchmark but ``compare``
 row, counted under valgrind, see :mod:`benchmarks.instructions`).
 ``sigint`` is no benchmark but a trial of the promise that Ctrl-C and
 SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`);
-``all`` leaves it out too.
+``all`` leaves it out too, and ``plot``, which draws no measurement of its
+own but ``docs/img/latency-scaling.svg`` from the newest saved ``latency`` and
+``scaling-latency`` results (see :mod:`benchmarks.plot`).
 ``--quick`` shrinks every benchmark to a few seconds (one round, a few
 thousand rows) and saves nothing: it checks that the harness and the engine
 still work, its numbers mean little.
@@ -27,6 +29,7 @@ from . import (
     latency,
     memory,
     peers,
+    plot,
     scaling,
     sigint_trials,
     throughput,
@@ -118,6 +121,10 @@ def _peers(args: argparse.Namespace) -> Any:
     )
 
 
+def _plot(args: argparse.Namespace) -> Any:
+    return plot.run()
+
+
 def _sigint(args: argparse.Namespace) -> Any:
     trials = args.trials or (6 if args.quick else sigint_trials.DEFAULT_TRIALS)
     report = sigint_trials.run(
@@ -146,11 +153,12 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
         _peers,
         "trioplay vs DBOS Transact (SQLite), and the PostgreSQL thread vs trio-asyncio bridge",
     ),
+    "plot": (_plot, "docs/img/latency-scaling.svg from the newest latency and scaling-latency"),
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
     "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),
 }
-NOT_IN_ALL = ("compare", "instructions", "sigint")
+NOT_IN_ALL = ("compare", "instructions", "sigint", "plot")
 DEFAULT = ("throughput", "memory")
 
 
