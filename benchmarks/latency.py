@@ -30,13 +30,17 @@ checked as in the throughput benchmark (every row completed, in the sheet,
 bound's best; the per-round ratios are printed too.
 
 **Where the time goes.** After the timed rounds, one more run of each
-trioplay contender (untimed, 4 waves of rows) records its events and times
-its store calls, and prints per tool call the mean time from the resolver's
-call to its claim (``call.queued`` to ``receipt.claimed``: the lane's wait
-and the claim's round trip), to the tool starting, the tool itself, and
-from the tool's return to the resolver having its value (``call.settled``:
-the settlement's write); per row, what the row took beyond ``2 L``; and the
-store's claim and completion round trips (count, mean ms, calls per batch).
+trioplay contender (untimed, at most 4 waves of rows) records its events
+(:mod:`trioplay._trace`) and times its store calls (a proxy around the
+store), and prints the mean of each phase of a tool call, in ms, from the
+resolver's call to its value (:data:`PHASES`): ``lane`` (``call.queued`` to
+its ``claim_many`` being sent: the lane's wait, the hydration turn),
+``claim`` (that store call), ``to_start`` (its answer to ``call.started``:
+outcomes, governor, the owner's wake-up), ``tool`` (the sleep and the event
+loop's lateness), ``settler`` (``call.finished`` to its ``complete_many``
+being sent), ``complete`` (that store call), ``to_value`` (to
+``call.settled``); per row, how much longer than ``2 L`` it took; and per
+store operation, its count, mean time and items per call.
 
 ``python -m benchmarks latency [--rows N] [--rounds R] [--only A,B]``;
 ``--quick``: 50 ms only, 2 waves of rows, one round, nothing saved.
@@ -69,7 +73,7 @@ from trioplay._trace._records import (
 )
 from trioplay.stores import open_store
 
-from . import throughput
+from . import plot, throughput
 from .workload import drop_schemas, machine, postgres_problem, postgres_url, save_results, stamp
 
 if TYPE_CHECKING:
@@ -184,10 +188,10 @@ class TimedStore:
         return timed
 
 
-def breakdown(name: str, latency: float, stores: Stores) -> dict[str, Any]:
+def breakdown(name: str, latency: float, waves: int, stores: Stores) -> dict[str, Any]:
     """One recorded, untimed run: where a call's and a row's time goes (means, in ms)."""
     kind, window = _kind(name)
-    n = default_rows(latency, BREAKDOWN_WAVES)
+    n = default_rows(latency, waves)
     store = TimedStore(open_store(stores.url(kind)))
     sink = ListSink()
     recorder = Recorder(sink)
@@ -260,7 +264,7 @@ def summarize(events: list[Any], latency: float, store: TimedStore) -> dict[str,
     }
 
 
-def _print_breakdown(name: str, latency: float, b: dict[str, Any]) -> None:
+def _print_breakdown(name: str, b: dict[str, Any]) -> None:
     phases = "  ".join(f"{phase} {ms:.2f}" for phase, ms in b["per_call_ms"].items())
     store = "; ".join(
         f"{op} {s['calls']}x {s['mean_ms']:.2f} ms ({s['items_per_call']:.0f} per call)"
@@ -310,7 +314,6 @@ def run(
                     rounds,
                     names,
                     stores,
-                    breakdowns=not quick,
                 )
         finally:
             stores.drop()
@@ -327,6 +330,7 @@ def run(
     }
     if save:
         print(f"saved {save_results('latency', payload)}")
+        plot.run()
     return payload
 
 
@@ -336,8 +340,6 @@ def _race(
     rounds: int,
     names: list[str],
     stores: Stores,
-    *,
-    breakdowns: bool,
 ) -> dict[str, Any]:
     bound = 2 * latency
     print(
@@ -377,12 +379,12 @@ def _race(
         rounds_text = ", ".join(f"{r:.3f}" for r in per_round.get(name, []))
         print(f"  {name:<16}{rate[name]:>9,.0f}{versus}  {rounds_text}")
     found: dict[str, Any] = {}
-    if breakdowns:
-        print(f"  where the time goes ({BREAKDOWN_WAVES} waves, recorded, untimed):")
-        for name in names:
-            if name != "trio":
-                found[name] = breakdown(name, latency, stores)
-                _print_breakdown(name, latency, found[name])
+    waves = max(1, min(BREAKDOWN_WAVES, n // IN_FLIGHT))
+    print(f"  where the time goes ({waves} waves, recorded, untimed):")
+    for name in names:
+        if name != "trio":
+            found[name] = breakdown(name, latency, waves, stores)
+            _print_breakdown(name, found[name])
     return {
         "latency_s": latency,
         "rows": n,

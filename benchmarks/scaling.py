@@ -46,7 +46,7 @@ import trio
 
 import trioplay
 
-from . import workload
+from . import plot, workload
 
 DEFAULT_ROWS = 20_000
 PROCESS_COUNTS = (1, 2, 4)
@@ -218,6 +218,8 @@ def run(
         )
     if save:
         print(f"saved {workload.save_results(name, payload)}")
+        if latency:
+            plot.run()
     return payload
 
 
