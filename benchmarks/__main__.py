@@ -105,6 +105,7 @@ def _latency(args: argparse.Namespace) -> Any:
         rows=args.rows,
         rounds=rounds,
         contenders=contenders,
+        in_flight=args.in_flight or latency.IN_FLIGHT,
         quick=args.quick,
         save=args.save,
     )
@@ -183,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REV",
         default="HEAD",
         help="compare: the git revision to measure the working tree against (default: HEAD)",
+    )
+    parser.add_argument(
+        "--in-flight", type=int, default=None, help="latency: rows in flight (default 256)"
     )
     parser.add_argument("--trials", type=int, default=None, help="sigint: runs to interrupt")
     parser.add_argument("--seed", type=int, default=0, help="sigint: seed of the delays")

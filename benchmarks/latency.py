@@ -90,20 +90,20 @@ CONTENDERS = ("trio", "sqlite", "sqlite-window", "postgres", "postgres-window")
 TARGET_RATIO = 0.95
 
 
-def limits(window: float) -> trioplay.Limits:
-    """Limits wide enough that only the tools' latency binds 256 rows in flight."""
+def limits(window: float, in_flight: int = IN_FLIGHT) -> trioplay.Limits:
+    """Limits wide enough that only the tools' latency binds ``in_flight`` rows."""
     return trioplay.Limits(
-        max_concurrent_rows=IN_FLIGHT,
-        max_concurrent_external_calls=2 * IN_FLIGHT,
+        max_concurrent_rows=in_flight,
+        max_concurrent_external_calls=2 * in_flight,
         tool_batch_window=window,
     )
 
 
-def default_rows(latency: float, waves: int | None = None) -> int:
-    """Rows for about :data:`IDEAL_SECONDS` at the bound (whole waves of 256, at least 4)."""
+def default_rows(latency: float, waves: int | None = None, in_flight: int = IN_FLIGHT) -> int:
+    """Rows for about :data:`IDEAL_SECONDS` at the bound (whole waves of rows, at least 4)."""
     if waves is None:
         waves = max(4, round(IDEAL_SECONDS / (2 * latency)))
-    return IN_FLIGHT * waves
+    return in_flight * waves
 
 
 class Stores:
@@ -136,17 +136,19 @@ def _kind(name: str) -> tuple[str, float]:
 
 
 def contender(
-    name: str, n: int, latency: float, stores: Stores
+    name: str, n: int, latency: float, in_flight: int, stores: Stores
 ) -> Callable[[], Awaitable[dict[str, Any]]]:
     if name == "trio":
-        return lambda: throughput.baseline_limiter(n, latency)
+        return lambda: throughput.baseline_limiter(n, latency, in_flight)
     kind, window = _kind(name)
     url = stores.url(kind)
-    return lambda: throughput.run_trioplay(n, url, latency=latency, limits=limits(window))
+    return lambda: throughput.run_trioplay(
+        n, url, latency=latency, limits=limits(window, in_flight)
+    )
 
 
-def measure(name: str, n: int, latency: float, stores: Stores) -> dict[str, Any]:
-    out = trio.run(contender(name, n, latency, stores))
+def measure(name: str, n: int, latency: float, in_flight: int, stores: Stores) -> dict[str, Any]:
+    out = trio.run(contender(name, n, latency, in_flight, stores))
     if name == "trio":
         if out["completed"] != n or out["calls"] != 2 * n:
             raise AssertionError(f"trio: expected {n} rows and {2 * n} calls, got {out}")
@@ -188,10 +190,12 @@ class TimedStore:
         return timed
 
 
-def breakdown(name: str, latency: float, waves: int, stores: Stores) -> dict[str, Any]:
+def breakdown(
+    name: str, latency: float, waves: int, in_flight: int, stores: Stores
+) -> dict[str, Any]:
     """One recorded, untimed run: where a call's and a row's time goes (means, in ms)."""
     kind, window = _kind(name)
-    n = default_rows(latency, waves)
+    n = default_rows(latency, waves, in_flight)
     store = TimedStore(open_store(stores.url(kind)))
     sink = ListSink()
     recorder = Recorder(sink)
@@ -200,7 +204,7 @@ def breakdown(name: str, latency: float, waves: int, stores: Stores) -> dict[str
             n,
             store,  # type: ignore[arg-type]  # a proxy: every other method passes through
             latency=latency,
-            limits=limits(window),
+            limits=limits(window, in_flight),
             recorder=recorder,
         )
     )
@@ -283,6 +287,7 @@ def run(
     rows: int | None = None,
     rounds: int = DEFAULT_ROUNDS,
     contenders: tuple[str, ...] = CONTENDERS,
+    in_flight: int = IN_FLIGHT,
     quick: bool = False,
     save: bool = True,
 ) -> dict[str, Any]:
@@ -298,7 +303,7 @@ def run(
             skipped = {name: problem for name in names if name.startswith("postgres")}
             names = [name for name in names if name not in skipped]
     print(
-        f"latency: 2 tool columns whose tools sleep, {IN_FLIGHT} rows in flight, "
+        f"latency: 2 tool columns whose tools sleep, {in_flight} rows in flight, "
         f"best of {rounds} round(s), contenders {', '.join(names)}"
     )
     started = time.time()
@@ -310,7 +315,8 @@ def run(
             for latency in latencies:
                 results[f"{latency * 1e3:g}ms"] = _race(
                     latency,
-                    rows or default_rows(latency, QUICK_WAVES if quick else None),
+                    rows or default_rows(latency, QUICK_WAVES if quick else None, in_flight),
+                    in_flight,
                     rounds,
                     names,
                     stores,
@@ -320,7 +326,7 @@ def run(
     payload = {
         "benchmark": "latency",
         "started_at": stamp(started),
-        "in_flight": IN_FLIGHT,
+        "in_flight": in_flight,
         "window": WINDOW,
         "rounds": rounds,
         "machine": where | {"loadavg_after": list(os.getloadavg())},
@@ -329,22 +335,26 @@ def run(
         "target": {"ratio": TARGET_RATIO},
     }
     if save:
-        print(f"saved {save_results('latency', payload)}")
-        plot.run()
+        default = in_flight == IN_FLIGHT
+        name = "latency" if default else f"latency-inflight{in_flight}"
+        print(f"saved {save_results(name, payload)}")
+        if default:
+            plot.run()
     return payload
 
 
 def _race(
     latency: float,
     n: int,
+    in_flight: int,
     rounds: int,
     names: list[str],
     stores: Stores,
 ) -> dict[str, Any]:
     bound = 2 * latency
     print(
-        f"\n{latency * 1e3:g} ms tools: {n:,} rows ({n // IN_FLIGHT} waves of {IN_FLIGHT}); "
-        f"at the bound {IN_FLIGHT / bound:,.0f} rows/s"
+        f"\n{latency * 1e3:g} ms tools: {n:,} rows ({n // in_flight} waves of {in_flight}); "
+        f"at the bound {in_flight / bound:,.0f} rows/s"
     )
     seconds: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
@@ -352,7 +362,7 @@ def _race(
     for round_no in range(rounds):
         order = names[round_no % len(names) :] + names[: round_no % len(names)]
         for name in order:
-            out = measure(name, n, latency, stores)
+            out = measure(name, n, latency, in_flight, stores)
             seconds[name].append(out["elapsed"])
             cpu[name].append(out["cpu"])
             if name != "trio":
@@ -379,16 +389,16 @@ def _race(
         rounds_text = ", ".join(f"{r:.3f}" for r in per_round.get(name, []))
         print(f"  {name:<16}{rate[name]:>9,.0f}{versus}  {rounds_text}")
     found: dict[str, Any] = {}
-    waves = max(1, min(BREAKDOWN_WAVES, n // IN_FLIGHT))
+    waves = max(1, min(BREAKDOWN_WAVES, n // in_flight))
     print(f"  where the time goes ({waves} waves, recorded, untimed):")
     for name in names:
         if name != "trio":
-            found[name] = breakdown(name, latency, waves, stores)
+            found[name] = breakdown(name, latency, waves, in_flight, stores)
             _print_breakdown(name, found[name])
     return {
         "latency_s": latency,
         "rows": n,
-        "bound_rows_per_s": IN_FLIGHT / bound,
+        "bound_rows_per_s": in_flight / bound,
         "seconds": seconds,
         "run_seconds": run_seconds,
         "cpu_seconds": cpu,

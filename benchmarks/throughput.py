@@ -153,15 +153,15 @@ async def baseline_chunks(n: int) -> dict[str, Any]:
     return clock.read() | {"completed": done[0], "calls": tools.calls}
 
 
-async def baseline_limiter(n: int, latency: float = 0.0) -> dict[str, Any]:
-    """One task per row, at most 256 running, through a CapacityLimiter.
+async def baseline_limiter(n: int, latency: float = 0.0, in_flight: int = CHUNK) -> dict[str, Any]:
+    """One task per row, at most 256 (``in_flight``) running, through a CapacityLimiter.
 
     ``latency``: each tool first sleeps that long (the latency benchmark's raw Trio).
     """
     clock = _Stopwatch()
     tools = DirectTools(registry(latency))
     done = [0]
-    limiter = trio.CapacityLimiter(CHUNK)
+    limiter = trio.CapacityLimiter(in_flight)
 
     async def row_task(data: dict[str, Any], token: object) -> None:
         try:
