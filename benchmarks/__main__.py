@@ -94,7 +94,8 @@ def _scaling(args: argparse.Namespace) -> Any:
 
 def _scaling_latency(args: argparse.Namespace) -> Any:
     rows = args.rows or (QUICK_SCALING_LATENCY_ROWS if args.quick else scaling.LATENCY_ROWS)
-    return scaling.run(rows, save=args.save, latency=scaling.LATENCY, stores=("postgres",))
+    stores = ("postgres", "postgres-poll")
+    return scaling.run(rows, save=args.save, latency=scaling.LATENCY, stores=stores)
 
 
 def _latency(args: argparse.Namespace) -> Any:

@@ -36,6 +36,7 @@ COLOURS = {
     "postgres-window": "#f4a6a7",
     "with start-up": "#f28e2b",
     "from go": "#e15759",
+    "poll": "#59a14f",
 }
 Series = tuple[str, list[tuple[float, float]], str, bool]  # label, points, colour, dashed
 
@@ -80,24 +81,29 @@ def scaling_series(result: dict[str, Any]) -> tuple[list[Series], str]:
     series: list[Series] = [
         ("bound: x N one process (from go)", [(n, one * n) for n in counts], "#999999", True),
         (
-            "from go (start-up excluded)",
+            f"from go (start-up excluded), x{runs[-1]['scaling_from_go']:.2f}",
             [(run["processes"], run["rows_per_s_from_go"]) for run in runs],
             COLOURS["from go"],
             False,
         ),
         (
-            "with process start-up",
+            f"with process start-up, x{runs[-1]['scaling']:.2f}",
             [(run["processes"], run["rows_per_s"]) for run in runs],
             COLOURS["with start-up"],
             False,
         ),
     ]
-    last = runs[-1]
-    note = (
-        f"{last['processes']} processes: "
-        f"x{last['scaling_from_go']:.2f} from go, x{last['scaling']:.2f} with start-up"
-    )
-    return series, note
+    polled = result["results"].get("postgres-poll")
+    if polled:
+        series.append(
+            (
+                f"from go, receipt_wait_delay=0.1 s, x{polled[-1]['scaling_from_go']:.2f}",
+                [(run["processes"], run["rows_per_s_from_go"]) for run in polled],
+                COLOURS["poll"],
+                False,
+            )
+        )
+    return series, f"rows/s against processes sharing one run; x: {counts[-1]} processes / one"
 
 
 class Axis:
@@ -124,7 +130,7 @@ def ticks(low: float, high: float, log: bool) -> list[float]:
         return found
     step = 10 ** math.floor(math.log10((high - low) / 4 or 1))
     for factor in (1, 2, 5, 10):
-        if (high - low) / (step * factor) <= 6:
+        if (high - low) / (step * factor) <= 8:
             step *= factor
             break
     first = math.ceil(low / step) * step

@@ -84,7 +84,8 @@ def test_scaling_latency_shares_one_run_between_processes() -> None:
     out = _bench("scaling-latency", "--quick", timeout=240).stdout
     assert "rows per process [512]" in out, out
     assert "rows per process [128, 128, 128, 128]" in out, out
-    assert "target: 4 processes >= 3.6x one" in out
+    assert "target (postgres): 4 processes >= 3.6x one" in out
+    assert "target (postgres-poll): 4 processes >= 3.6x one" in out
 
 
 @pytest.mark.postgres
