@@ -7,7 +7,9 @@ is what ``make bench`` does; ``all`` runs every benchmark but ``compare``
 row, counted under valgrind, see :mod:`benchmarks.instructions`).
 ``sigint`` is no benchmark but a trial of the promise that Ctrl-C and
 SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`);
-``all`` leaves it out too.
+``all`` leaves it out too, and ``plot``, which draws no measurement of its
+own but ``docs/img/latency-scaling.svg`` from the newest saved ``latency`` and
+``scaling-latency`` results (see :mod:`benchmarks.plot`).
 ``--quick`` shrinks every benchmark to a few seconds (one round, a few
 thousand rows) and saves nothing: it checks that the harness and the engine
 still work, its numbers mean little.
@@ -20,12 +22,24 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import compare, fetch, instructions, memory, scaling, sigint_trials, throughput
+from . import (
+    compare,
+    fetch,
+    instructions,
+    latency,
+    memory,
+    peers,
+    plot,
+    scaling,
+    sigint_trials,
+    throughput,
+)
 
 QUICK_ROWS = 5_000
 QUICK_MEMORY_ROWS = 2_000
 QUICK_FETCH_REQUESTS = 1_000
 QUICK_SCALING_ROWS = 2_000
+QUICK_SCALING_LATENCY_ROWS = 512
 QUICK_INSTRUCTION_ROWS = 500
 
 Benchmark = Callable[[argparse.Namespace], Any]
@@ -78,6 +92,41 @@ def _scaling(args: argparse.Namespace) -> Any:
     return scaling.run(rows, save=args.save)
 
 
+def _scaling_latency(args: argparse.Namespace) -> Any:
+    rows = args.rows or (QUICK_SCALING_LATENCY_ROWS if args.quick else scaling.LATENCY_ROWS)
+    stores = ("postgres", "postgres-poll")
+    return scaling.run(rows, save=args.save, latency=scaling.LATENCY, stores=stores)
+
+
+def _latency(args: argparse.Namespace) -> Any:
+    rounds = args.rounds or (1 if args.quick else latency.DEFAULT_ROUNDS)
+    contenders = tuple(args.only.split(",")) if args.only else latency.CONTENDERS
+    return latency.run(
+        latencies=latency.LATENCIES[:1] if args.quick else latency.LATENCIES,
+        rows=args.rows,
+        rounds=rounds,
+        contenders=contenders,
+        in_flight=args.in_flight or latency.IN_FLIGHT,
+        quick=args.quick,
+        save=args.save,
+    )
+
+
+def _peers(args: argparse.Namespace) -> Any:
+    default = peers.QUICK_CONTENDERS if args.quick else peers.CONTENDERS
+    return peers.run(
+        rows=args.rows or (peers.QUICK_ROWS if args.quick else peers.DEFAULT_ROWS),
+        rounds=args.rounds or (1 if args.quick else peers.DEFAULT_ROUNDS),
+        contenders=tuple(args.only.split(",")) if args.only else default,
+        quick=args.quick,
+        save=args.save,
+    )
+
+
+def _plot(args: argparse.Namespace) -> Any:
+    return plot.run()
+
+
 def _sigint(args: argparse.Namespace) -> Any:
     trials = args.trials or (6 if args.quick else sigint_trials.DEFAULT_TRIALS)
     report = sigint_trials.run(
@@ -97,11 +146,21 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "memory-large": (_memory_large, "peak RSS of 10,000 rows whose tool returns 1 MiB each"),
     "fetch": (_fetch, "requests/s of durable ctx.fetch (sqlite) vs plain httpx, local server"),
     "scaling": (_scaling, "rows/s of one run shared by 1, 2 and 4 processes (sqlite, postgres)"),
+    "scaling-latency": (
+        _scaling_latency,
+        "the same with 100 ms tools, 64 rows in flight per process (postgres)",
+    ),
+    "latency": (_latency, "rows/s with 50 and 500 ms tools vs raw Trio's same sleeps"),
+    "peers": (
+        _peers,
+        "trioplay vs DBOS Transact (SQLite), and the PostgreSQL thread vs trio-asyncio bridge",
+    ),
+    "plot": (_plot, "docs/img/latency-scaling.svg from the newest latency and scaling-latency"),
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
     "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),
 }
-NOT_IN_ALL = ("compare", "instructions", "sigint")
+NOT_IN_ALL = ("compare", "instructions", "sigint", "plot")
 DEFAULT = ("throughput", "memory")
 
 
@@ -126,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REV",
         default="HEAD",
         help="compare: the git revision to measure the working tree against (default: HEAD)",
+    )
+    parser.add_argument(
+        "--in-flight", type=int, default=None, help="latency: rows in flight (default 256)"
     )
     parser.add_argument("--trials", type=int, default=None, help="sigint: runs to interrupt")
     parser.add_argument("--seed", type=int, default=0, help="sigint: seed of the delays")

@@ -36,7 +36,7 @@ from typing import Any
 import trioplay
 
 from . import throughput
-from .workload import git_describe, machine, save_results, stamp
+from .workload import clean_env, git_describe, install_venv, machine, save_results, stamp, tail
 
 DEFAULT_ROWS = 20_000
 DEFAULT_ROUNDS = 3
@@ -67,15 +67,6 @@ def _git(*args: str) -> str:
     return done.stdout.strip()
 
 
-def _tail(text: str, lines: int = 20) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def _clean_env() -> dict[str, str]:
-    """The environment for the children, without a PYTHONPATH that could shadow trioplay."""
-    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-
-
 def prepare_old(rev: str) -> Side:
     """Export ``rev`` and install it into a virtualenv of its own, or reuse the cached one."""
     sha = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
@@ -104,7 +95,6 @@ def _build(sha: str, short: str, cache: Path) -> None:
     """Export commit ``sha`` into ``cache/src`` and install it into a new ``cache/venv``."""
     src = cache / "src"
     venv = cache / "venv"
-    python = venv / "bin" / "python"
     src.mkdir(parents=True)
     archive = cache / "src.tar"
     _git("archive", "--format=tar", "-o", str(archive), sha)
@@ -113,30 +103,9 @@ def _build(sha: str, short: str, cache: Path) -> None:
     if not (src / "benchmarks" / "throughput.py").exists():
         raise _fail(f"{short} has no benchmarks/throughput.py; it cannot be compared")
 
-    # ``python -m venv`` run from a virtualenv builds on its base interpreter.
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # Pin third-party packages to the versions the working tree runs with.
-    constraints = cache / "constraints.txt"
-    frozen = subprocess.run(
-        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    constraints.write_text(frozen)
-    pip = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "-c", str(constraints), str(src)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=_clean_env(),
-    )
-    if pip.returncode != 0:
-        raise _fail(
-            f"pip could not install {short} into {venv} (it must work offline, from the "
-            f"local package mirror or the wheels pip is configured with):\n"
-            f"{_tail(pip.stdout + pip.stderr)}"
-        )
+    problem = install_venv(venv, [str(src)])
+    if problem is not None:
+        raise _fail(f"pip could not install {short} into {venv}: {problem}")
 
 
 def current_side() -> Side:
@@ -158,10 +127,10 @@ def check_only_option(side: Side) -> None:
         text=True,
         check=False,
         cwd=side.tree,
-        env=_clean_env(),
+        env=clean_env(),
     )
     if done.returncode != 0:
-        raise _fail(f"`python -m benchmarks --help` failed at {side.label}:\n{_tail(done.stderr)}")
+        raise _fail(f"`python -m benchmarks --help` failed at {side.label}:\n{tail(done.stderr)}")
     if "--only" not in done.stdout:
         raise _fail(
             f"the benchmarks of {side.label} have no --only option, so their contenders "
@@ -178,7 +147,7 @@ def parse_table(output: str, name: str, rows: int) -> dict[str, float]:
     lines = output.splitlines()
     headers = [i for i, line in enumerate(lines) if line.startswith("contender")]
     if not headers:
-        raise _fail(f"no throughput table in this output:\n{_tail(output)}")
+        raise _fail(f"no throughput table in this output:\n{tail(output)}")
     for line in lines[headers[-1] + 1 :]:
         fields = line.split()
         if not fields or fields[0] != name:
@@ -193,7 +162,7 @@ def parse_table(output: str, name: str, rows: int) -> dict[str, float]:
         if abs(rows / best - rate) > 0.01 * rate:  # both are rounded: wrong columns?
             raise _fail(f"rows/s and best s disagree in this table line: {line!r}")
         return {"seconds": best, "rows_per_s": rate, "cpu_us_per_row": cpu, "steps_per_row": steps}
-    raise _fail(f"no line for {name} in this throughput table:\n{_tail(output)}")
+    raise _fail(f"no line for {name} in this throughput table:\n{tail(output)}")
 
 
 def measure(side: Side, name: str, rows: int) -> dict[str, float]:
@@ -201,12 +170,12 @@ def measure(side: Side, name: str, rows: int) -> dict[str, float]:
     command = [str(side.python), "-m", "benchmarks", "throughput"]
     command += ["--only", name, "--rows", str(rows), "--rounds", "1", "--no-save"]
     done = subprocess.run(
-        command, capture_output=True, text=True, check=False, cwd=side.tree, env=_clean_env()
+        command, capture_output=True, text=True, check=False, cwd=side.tree, env=clean_env()
     )
     if done.returncode != 0:
         raise _fail(
             f"{' '.join(command[1:])} failed at {side.label} (in {side.tree}):\n"
-            f"{_tail(done.stdout + done.stderr)}"
+            f"{tail(done.stdout + done.stderr)}"
         )
     return parse_table(done.stdout, name, rows)
 

@@ -51,6 +51,7 @@ import itertools
 import os
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,8 +66,12 @@ from .workload import (
     DATASET,
     DirectTools,
     check_output,
+    drop_schemas,
     enrich_play,
     machine,
+    postgres_backend_cpu,
+    postgres_problem,
+    postgres_url,
     registry,
     save_results,
     source_rows,
@@ -91,8 +96,13 @@ CONTENDERS = (
 TRACED = ("memory-events", "sqlite-events")
 """``memory`` and ``sqlite`` recording every event to a JSON Lines file, as ``--events``
 does; run only when named (``--only``), not in the default race."""
-KNOWN = CONTENDERS + TRACED
-ENGINE = ("memory", "sqlite", *TRACED)  # the contenders that run trioplay itself
+POSTGRES_CONTENDERS = ("postgres",)
+"""trioplay on PostgreSQL (:data:`benchmarks.workload.POSTGRES`, a fresh schema each time,
+dropped after), run only when named: ``--only postgres``. Its CPU per row counts this
+process only; the server's backends' CPU is read from ``/proc`` and shown beside it."""
+KNOWN = CONTENDERS + TRACED + POSTGRES_CONTENDERS
+ENGINE = ("memory", "sqlite", *TRACED, *POSTGRES_CONTENDERS)  # the contenders running trioplay
+CALLS_PER_ROW = 2  # the durable calls of a row: its two tool columns
 STEP_ROWS = 2_000
 TARGET_ROWS_PER_S = 10_000
 TARGET_RATIO = 0.25
@@ -143,12 +153,15 @@ async def baseline_chunks(n: int) -> dict[str, Any]:
     return clock.read() | {"completed": done[0], "calls": tools.calls}
 
 
-async def baseline_limiter(n: int) -> dict[str, Any]:
-    """One task per row, at most 256 running, through a CapacityLimiter."""
+async def baseline_limiter(n: int, latency: float = 0.0, in_flight: int = CHUNK) -> dict[str, Any]:
+    """One task per row, at most 256 (``in_flight``) running, through a CapacityLimiter.
+
+    ``latency``: each tool first sleeps that long (the latency benchmark's raw Trio).
+    """
     clock = _Stopwatch()
-    tools = DirectTools(registry())
+    tools = DirectTools(registry(latency))
     done = [0]
-    limiter = trio.CapacityLimiter(CHUNK)
+    limiter = trio.CapacityLimiter(in_flight)
 
     async def row_task(data: dict[str, Any], token: object) -> None:
         try:
@@ -165,29 +178,46 @@ async def baseline_limiter(n: int) -> dict[str, Any]:
 
 
 # -- trioplay ---------------------------------------------------------------
-async def run_trioplay(n: int, store: str, events: Path | None = None) -> dict[str, Any]:
+async def run_trioplay(
+    n: int,
+    store: str | trioplay.Store,
+    events: Path | None = None,
+    *,
+    latency: float = 0.0,
+    limits: trioplay.Limits | None = None,
+    recorder: Recorder | None = None,
+    server_cpu: Callable[[], float | None] | None = None,
+) -> dict[str, Any]:
     """One fresh run of the benchmark play; returns its output and stats.
 
     The time counts opening the store, the run and closing the store, not the
-    sheet count that checks the run afterwards. ``events``: record every event
-    to that JSON Lines file, as ``trioplay run --events`` does (the time counts
-    writing it).
+    sheet count that checks the run afterwards (``run_seconds``: the run
+    alone). ``events``: record every event to that JSON Lines file, as
+    ``trioplay run --events`` does (the time counts writing it); ``recorder``:
+    record them there instead. ``latency``: each tool first sleeps that long.
+    ``server_cpu``: read (untimed) before the store closes, as ``server_cpu``.
     """
     clock = _Stopwatch()
     with contextlib.ExitStack() as files:
-        recorder = None
         if events is not None:
             recorder = Recorder(JsonlSink(files.enter_context(events.open("w", encoding="utf-8"))))
-        async with trioplay.open_runtime(store=store, tools=registry(), recorder=recorder) as rt:
+        async with trioplay.open_runtime(
+            store=store, tools=registry(latency), limits=limits, recorder=recorder
+        ) as rt:
+            run_started = time.perf_counter()
             output = await rt.run(enrich_play, {"rows": n}, run_id=f"bench-{n}")
+            run_seconds = time.perf_counter() - run_started
             stats = rt.last_stats
             clock.pause()
             counts = await rt.store.count_rows(f"bench-{n}", DATASET)
+            served = await trio.to_thread.run_sync(server_cpu) if server_cpu else None
             clock.resume()
         if recorder is not None:
             recorder.close()
     return {
         **clock.read(),
+        "run_seconds": run_seconds,
+        "server_cpu": served,
         **output,
         "provider_calls": stats.provider_calls if stats else None,
         "replayed": stats.replayed if stats else None,
@@ -249,9 +279,26 @@ def _contender(name: str, n: int, tmp: Path, tag: str) -> Callable[[], Awaitable
         return lambda: timed_floor(floor_sqlite, n, tmp / f"{tag}-floor.db")
     if name == "floor-store":
         return lambda: timed_floor(floor_store, n, tmp / f"{tag}-floor-store.db")
+    if name == "postgres":
+        return lambda: run_postgres(n)
     url = "memory://" if name.startswith("memory") else f"sqlite:///{tmp / f'{tag}.db'}"
     events = tmp / f"{tag}-events.jsonl" if name in TRACED else None
     return lambda: run_trioplay(n, url, events)
+
+
+async def run_postgres(n: int, **options: Any) -> dict[str, Any]:
+    """:func:`run_trioplay` on a fresh PostgreSQL schema (dropped after), with the CPU
+    time of the server's backends that served it (``server_cpu``, seconds)."""
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    try:
+        return await run_trioplay(
+            n,
+            postgres_url(name, application_name=name),
+            server_cpu=lambda: postgres_backend_cpu(name),
+            **options,
+        )
+    finally:
+        await trio.to_thread.run_sync(drop_schemas, [name])
 
 
 async def timed_floor(
@@ -263,14 +310,19 @@ async def timed_floor(
     return clock.read() | out
 
 
+def check_engine_run(name: str, n: int, out: dict[str, Any]) -> None:
+    """Raise ``AssertionError`` unless a trioplay run (:func:`run_trioplay`) did all its work."""
+    check_output(out, n, out["provider_calls"])
+    if out["sheet"].get("completed") != n:
+        raise AssertionError(f"{name}: the sheet holds {out['sheet']}, expected {n} completed")
+
+
 def _check(name: str, n: int, out: dict[str, Any]) -> None:
     if name not in ENGINE:
         if out["completed"] != n or out["calls"] != 2 * n:
             raise AssertionError(f"{name}: expected {n} rows and {2 * n} calls, got {out}")
         return
-    check_output(out, n, out["provider_calls"])
-    if out["sheet"].get("completed") != n:
-        raise AssertionError(f"{name}: the sheet holds {out['sheet']}, expected {n} completed")
+    check_engine_run(name, n, out)
     # At least one event per row and per call for every row (admitted ... committed).
     if name in TRACED and out["events"] < 5 * n + 2 * 2 * n:
         raise AssertionError(f"{name}: only {out['events']} events recorded for {n} rows")
@@ -313,10 +365,14 @@ def run(
     if unknown:
         raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {', '.join(KNOWN)}")
     names = [name for name in KNOWN if name in contenders]
+    if "postgres" in names and (problem := postgres_problem()) is not None:
+        print(f"throughput: {problem}; skipping the postgres contender")
+        names.remove("postgres")
     print(f"throughput: {rows:,} rows, 2 zero-latency tool columns, best of {rounds} round(s)")
     samples: dict[str, list[float]] = {name: [] for name in names}
     gc_seconds: dict[str, list[float]] = {name: [] for name in names}
     cpu_seconds: dict[str, list[float]] = {name: [] for name in names}
+    server_cpu: dict[str, list[float]] = {}
     stats: dict[str, dict[str, Any]] = {}
     started = time.time()
     where = machine()  # before the runs: the code measured is the code at start
@@ -328,6 +384,8 @@ def run(
                 samples[name].append(elapsed)
                 gc_seconds[name].append(out["gc_seconds"])
                 cpu_seconds[name].append(out["cpu"])
+                if out.get("server_cpu") is not None:
+                    server_cpu.setdefault(name, []).append(out["server_cpu"])
                 if name in ENGINE:
                     stats[name] = {
                         "provider_calls": out["provider_calls"],
@@ -372,6 +430,24 @@ def run(
         f"tasks/row, steps/row: Trio tasks spawned and task steps per row, "
         f"counted in one more untimed run of {step_rows:,} rows)"
     )
+    cpu_per_call = {name: cpu_per_row[name] / CALLS_PER_ROW for name in names if name in ENGINE}
+    server_per_call = {
+        name: 1e6 * min(values) / rows / CALLS_PER_ROW for name, values in server_cpu.items()
+    }
+    if cpu_per_call:
+        print(
+            f"CPU µs per durable call (CPU per row / {CALLS_PER_ROW} calls per row, the row's "
+            "own work included): "
+            + ", ".join(
+                f"{name} {us:.1f}"
+                + (
+                    f" (+ {server_per_call[name]:.1f} in the server)"
+                    if name in server_per_call
+                    else ""
+                )
+                for name, us in cpu_per_call.items()
+            )
+        )
     for name, s in stats.items():
         print(
             f"{name}: last_stats.provider_calls={s['provider_calls']:,} "
@@ -401,6 +477,9 @@ def run(
         "seconds": samples,
         "cpu_seconds": cpu_seconds,
         "cpu_us_per_row": cpu_per_row,
+        "cpu_us_per_call": cpu_per_call,
+        "server_cpu_seconds": server_cpu,
+        "server_cpu_us_per_call": server_per_call,
         "gc_seconds": gc_seconds,
         "scheduling": {"rows": step_rows, "per_contender": steps},
         "best_seconds": best,

@@ -29,11 +29,15 @@ import trio
 import trioplay
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
+
+    Tool = Callable[[dict[str, Any], trioplay.ToolCall], Awaitable[Any]]
 
 DATASET = "leads"
 INDUSTRIES = ("software", "retail", "logistics", "health", "energy", "media", "finance")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+POSTGRES = os.environ.get("TRIOPLAY_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+"""The PostgreSQL server the benchmarks use; each run makes its own schemas and drops them."""
 
 
 def source_rows(n: int) -> Iterator[dict[str, str]]:
@@ -53,11 +57,20 @@ async def email_finder(input: dict[str, Any], call: trioplay.ToolCall) -> dict[s
     return {"email": f"person.{first}@{input['domain']}", "confidence": 0.9}
 
 
-def registry() -> trioplay.ToolRegistry:
+def registry(latency: float = 0.0) -> trioplay.ToolRegistry:
+    """The two tools; with a ``latency``, each first sleeps that long (``trio.sleep``)."""
     tools = trioplay.ToolRegistry()
-    tools.add("company", company_lookup)
-    tools.add("email", email_finder)
+    tools.add("company", _slow(company_lookup, latency) if latency else company_lookup)
+    tools.add("email", _slow(email_finder, latency) if latency else email_finder)
     return tools
+
+
+def _slow(fn: Tool, latency: float) -> Tool:
+    async def slow(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        await trio.sleep(latency)
+        return await fn(input, call)
+
+    return slow
 
 
 # -- the resolvers (shared by trioplay and the baseline) --------------------
@@ -134,6 +147,69 @@ def check_output(output: dict[str, Any], n: int, provider_calls: int | None) -> 
             raise AssertionError(f"row {i} is {row}, expected {expected_row(i)}")
 
 
+# -- PostgreSQL -------------------------------------------------------------
+def postgres_problem() -> str | None:
+    """Why :data:`POSTGRES` cannot be used (a sentence), or ``None`` if it answers."""
+    import psycopg
+
+    try:
+        with psycopg.connect(POSTGRES, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return f"PostgreSQL at {POSTGRES} is unreachable ({str(exc).strip()})"
+    return None
+
+
+def postgres_url(schema: str, **params: str) -> str:
+    """The store URL of :data:`POSTGRES` in ``schema`` (made on open), with more ``params``."""
+    query = "&".join(f"{name}={value}" for name, value in {"schema": schema, **params}.items())
+    return f"{POSTGRES}{'&' if '?' in POSTGRES else '?'}{query}"
+
+
+def postgres_backend_cpu(application_name: str) -> float | None:
+    """CPU seconds (user + system) of the server processes serving ``application_name``.
+
+    Read from ``/proc``, so only for a server on this machine (``None`` otherwise):
+    the part of a PostgreSQL run's cost that the client's own CPU time leaves out.
+    """
+    import psycopg
+
+    with psycopg.connect(POSTGRES, autocommit=True, connect_timeout=3) as conn:
+        pids = [
+            pid
+            for (pid,) in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                (application_name,),
+            )
+        ]
+    seconds = [process_cpu_seconds(pid) for pid in pids]
+    if not seconds or None in seconds:
+        return None
+    return sum(s for s in seconds if s is not None)
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``), or ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drop_schemas(schemas: Sequence[str]) -> None:
+    """Drop the benchmark's schemas (those that exist), saying which could not be."""
+    import psycopg
+
+    try:
+        with psycopg.connect(POSTGRES, autocommit=True, connect_timeout=3) as conn:
+            for schema in schemas:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    except psycopg.Error as exc:
+        print(f"could not drop the schemas {', '.join(schemas)}: {exc}")
+
+
 # -- reporting helpers ------------------------------------------------------
 def machine() -> dict[str, Any]:
     """Where and on what a result was measured."""
@@ -168,6 +244,48 @@ def git_describe() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{head}{'+dirty' if dirty else ''}"
+
+
+def tail(text: str, lines: int = 20) -> str:
+    """The last ``lines`` lines of ``text`` (of a child's output, for an error message)."""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def clean_env() -> dict[str, str]:
+    """The environment for children, without a PYTHONPATH that could shadow trioplay."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
+def install_venv(venv: Path, requirements: Sequence[str]) -> str | None:
+    """Make a virtualenv at ``venv`` and pip-install ``requirements`` into it.
+
+    Third-party packages are pinned to the versions this interpreter runs
+    with, so only what is asked for differs. Returns ``None``, or why pip
+    failed (the end of its output).
+    """
+    # ``python -m venv`` run from a virtualenv builds on its base interpreter.
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    constraints = venv / "constraints.txt"
+    frozen = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    constraints.write_text(frozen)
+    python = str(venv / "bin" / "python")
+    pip = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "-c", str(constraints), *requirements],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=clean_env(),
+    )
+    if pip.returncode == 0:
+        return None
+    return "it must work from the package index or the wheels pip is configured with:\n" + tail(
+        pip.stdout + pip.stderr
+    )
 
 
 def stamp(seconds: float) -> str:

@@ -1,17 +1,30 @@
-"""The benchmark suite still runs: every throughput contender does its work and passes its checks.
+"""The benchmark suite still runs: every benchmark, in a short form, does its work and checks it.
 
 The numbers of so small a run mean nothing (they come from ``benchmarks/``
 runs, see docs/benchmarks.md); what this guards is that each contender,
-floors included, still runs and checks its own output.
+floors included, still runs and checks its own output, so no benchmark rots.
+The PostgreSQL ones need the test server (skipped without it, failed under
+``CI=true``); the DBOS one needs the scratch virtualenv that ``python -m
+benchmarks peers`` makes, and skips, saying so, without it: tests never
+install anything.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
 
+import pytest
+
+from benchmarks import latency, peers, plot
 from benchmarks.throughput import CONTENDERS
+
+from .test_postgres import DSN, require_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,3 +43,143 @@ def test_every_throughput_contender_runs_and_checks_its_work() -> None:
     for name in CONTENDERS:
         assert f"\n{name} " in table, (name, done.stdout)
     assert "provider_calls=1,200 (2 x rows = 1,200)" in done.stdout
+
+
+# -- the benchmarks of issue 15, in short form --------------------------------
+def _bench(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m benchmarks ARGS`` against the test server, nothing saved."""
+    env = {**os.environ, "TRIOPLAY_BENCH_POSTGRES": DSN}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+@pytest.mark.postgres
+def test_latency_races_raw_trio_and_says_where_the_time_goes() -> None:
+    require_postgres()
+    out = _bench("latency", "--quick", timeout=240).stdout
+    table = out.split("contender", 1)[1]
+    for name in latency.CONTENDERS:
+        assert f"\n  {name} " in table, (name, out)
+    for name in latency.CONTENDERS[1:]:
+        # The recorded run split its calls into every phase, and timed the store.
+        line = next(
+            line for line in out.splitlines() if line.startswith(f"  {name} ") and "per row" in line
+        )
+        assert all(f"{phase} " in line for phase, _ in latency.PHASES), line
+    assert "claim_many" in out
+    assert "complete_many" in out
+
+
+@pytest.mark.postgres
+def test_scaling_latency_shares_one_run_between_processes() -> None:
+    require_postgres()
+    out = _bench("scaling-latency", "--quick", timeout=240).stdout
+    assert "rows per process [512]" in out, out
+    assert "rows per process [128, 128, 128, 128]" in out, out
+    assert "target (postgres): 4 processes >= 3.6x one" in out
+    assert "target (postgres-poll): 4 processes >= 3.6x one" in out
+
+
+@pytest.mark.postgres
+def test_throughput_on_postgres_reports_cpu_per_durable_call() -> None:
+    require_postgres()
+    out = _bench(
+        "throughput",
+        "--only",
+        "postgres,sqlite",
+        "--rows",
+        "300",
+        "--rounds",
+        "1",
+        "--no-save",
+        timeout=120,
+    ).stdout
+    assert "provider_calls=600" in out
+    line = next(line for line in out.splitlines() if line.startswith("CPU µs per durable call"))
+    assert "sqlite " in line, line
+    assert "postgres " in line, line
+    assert "in the server" in line, line
+
+
+@pytest.mark.postgres
+def test_peers_short_form_uses_an_installed_virtualenv_or_skips_loudly() -> None:
+    """Never installs (no network in tests): an earlier ``python -m benchmarks peers`` must
+    have made the scratch virtualenv, or this skips and says so."""
+    found = peers.scratch_python(install=False)
+    if not isinstance(found, Path):
+        pytest.skip(f"SKIPPED THE DBOS PEERS BENCHMARK: {found}")
+    require_postgres()
+    out = _bench("peers", "--quick", timeout=240).stdout
+    assert "SKIPPING" not in out, out
+    assert f"peers: {peers.QUICK_ROWS} rows" in out
+    assert "target: trioplay >= 50x the faster DBOS (dbos-wal)" in out
+    for name in ("direct", "thread", "trio-asyncio"):
+        assert f"\n  {name} " in out, (name, out)
+    assert "stopped on the server 2/2" in out, out
+
+
+def test_plot_draws_both_panels_with_their_bounds(tmp_path: Path) -> None:
+    for name in ("latency", "scaling-latency"):
+        (tmp_path / f"{name}-2026-12-01.json").write_text(json.dumps(PLOT_INPUT[name]))
+    out = plot.run(out=tmp_path / "plot.svg", where=tmp_path)
+    assert out is not None
+    svg = ElementTree.parse(out).getroot()
+    texts = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert "bound: 256 rows in flight / (2 x latency)" in texts
+    assert "bound: x N one process (from go)" in texts
+    assert any("x0.64 at 50 ms, x0.96 at 500 ms" in t for t in texts), texts
+    lines = list(svg.iter("{http://www.w3.org/2000/svg}polyline"))
+    assert len(lines) == 5 + 3  # bound + 4 contenders, bound + 2 scaling series
+
+
+def test_the_published_plot_is_drawn_from_the_newest_results() -> None:
+    """docs/img/latency-scaling.svg is what ``python -m benchmarks plot`` draws now."""
+    latest = plot.render(plot.newest("latency"), plot.newest("scaling-latency"))
+    assert plot.OUT.read_text() == latest, "run `python -m benchmarks plot`"
+
+
+def _race(latency: float, rates: dict[str, float], ratios: dict[str, float]) -> dict[str, Any]:
+    return {"latency_s": latency, "rows_per_s": rates, "ratio_vs_trio": ratios}
+
+
+PLOT_INPUT: dict[str, Any] = {
+    "latency": {
+        "in_flight": 256,
+        "results": {
+            "50ms": _race(
+                0.05,
+                {"trio": 2400, "sqlite": 1536, "sqlite-window": 1400, "postgres": 1200},
+                {"trio": 1.0, "sqlite": 0.64, "sqlite-window": 0.58, "postgres": 0.5},
+            ),
+            "500ms": _race(
+                0.5,
+                {"trio": 250, "sqlite": 240, "sqlite-window": 238, "postgres": 220},
+                {"trio": 1.0, "sqlite": 0.96, "sqlite-window": 0.95, "postgres": 0.88},
+            ),
+        },
+    },
+    "scaling-latency": {
+        "latency_s": 0.1,
+        "in_flight_per_process": 64,
+        "results": {
+            "postgres": [
+                {
+                    "processes": n,
+                    "rows_per_s": 200 * n**0.5,
+                    "rows_per_s_from_go": 250 * n,
+                    "scaling": n**0.5,
+                    "scaling_from_go": float(n),
+                }
+                for n in (1, 2, 4)
+            ]
+        },
+    },
+}
