@@ -282,12 +282,20 @@ async def test_a_black_holed_postgres_fails_the_run_with_a_store_error(
 
 @pytest.mark.postgres
 @pytest.mark.deadline(30)
+@pytest.mark.parametrize("pool_size", [4, 8])
 async def test_cancelling_a_run_on_a_black_holed_postgres_returns_within_cleanup_timeout(
-    pg_schema: str, proxy: FaultyProxy
+    pg_schema: str, proxy: FaultyProxy, pool_size: int
 ) -> None:
+    # With 8 connections, some are idle and open when the run is cancelled:
+    # the writer's last flush, which begins once its cancelled write gave up
+    # (cancel_timeout), runs on one and, at its deadline, waits cancel_timeout
+    # for its own cancel. When each cleanup counted its own cleanup_timeout,
+    # that came to 0.25 + 0.5 + 0.25 s (seen failing 4 times in 8 at 1.04 to
+    # 1.10 s); with 4, the flush mostly found a connection still to be opened,
+    # dropped at once.
     watch = Watch()
     # A long call deadline: the cancel comes first.
-    store = PostgresStore(_through(proxy), schema=pg_schema, call_timeout=30)
+    store = PostgresStore(_through(proxy), schema=pg_schema, call_timeout=30, pool_size=pool_size)
     with trio.fail_after(15):
         outcome, elapsed = await run_with_fault(
             store, _as_fault(proxy.black_hole), watch, cancel_after=0.3
@@ -297,7 +305,7 @@ async def test_cancelling_a_run_on_a_black_holed_postgres_returns_within_cleanup
     assert elapsed < CLEANUP + 0.5, elapsed
     proxy.restore()
     await check_stored(
-        "PostgreSQL black-holed, cancel",
+        f"PostgreSQL black-holed, cancel ({pool_size} connections)",
         "Cancelled",
         elapsed,
         watch.reported,
