@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from ._budget import ByteBudget
+    from ._cleanup import CleanupBudget
     from ._events import EventSink
     from ._fetch import Fetcher, FetchResponse
     from ._limits import FetchTimeouts, Limits
@@ -54,6 +55,8 @@ class RunServices:
     row_budget: ByteBudget
     receipts: Dispatcher
     fetcher: Callable[[], Awaitable[Fetcher]]
+    cleanup: CleanupBudget
+    """The run's one cleanup budget: the map's writer and page leases clean up within it."""
     on_event: EventSink | None = None
     trace: Recorder | None = None
     """Where the typed events go, or ``None``: test it before building one."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 import trio
 
 from ._budget import ByteBudget
+from ._cleanup import CleanupBudget
 from ._context import PlayContext
 from ._errors import (
     PlayDefinitionError,
@@ -186,7 +187,8 @@ class Runtime:
         error: str | None = None
         output_json: str | None = None
         stats = DispatchStats()
-        unwound = _Unwinding()
+        # Every shielded cleanup of the run, recording its end included, shares it.
+        cleanup = CleanupBudget(self.limits.cleanup_timeout)
         dispatcher: Dispatcher | None = None
         try:
             store_calls = StoreCalls()
@@ -201,6 +203,7 @@ class Runtime:
                 wall_clock=self.wall_clock,
                 fetch=self.raw_fetch,
                 trace=self.trace,
+                cleanup=cleanup,
             ) as dispatcher:
                 stats = dispatcher.stats
                 loop_watch = LoopWatch(
@@ -222,6 +225,7 @@ class Runtime:
                     trace=self.trace,
                     store_calls=store_calls,
                     loop_watch=loop_watch,
+                    cleanup=cleanup,
                 )
                 returned: list[Any] = []
                 done = trio.Event()
@@ -235,7 +239,6 @@ class Runtime:
                 # caller's task waits here: a KeyboardInterrupt, delivered to
                 # it, then cancels the whole run at once (the map's writer and
                 # the settler clean up side by side), as a cancel would.
-                dispatcher.start_soon(unwound.watch)
                 dispatcher.start_soon(loop_watch.run)
                 dispatcher.start_soon(body)
                 await done.wait()
@@ -255,11 +258,8 @@ class Runtime:
             raise
         finally:
             self.last_stats = stats
-            # The late settlements and the run's end share what is left of
-            # cleanup_timeout since the run began to unwind.
-            deadline = unwound.cleanup_deadline(self.limits.cleanup_timeout)
             if dispatcher is not None:
-                await dispatcher.settle_late(deadline)
+                await dispatcher.settle_late()
             finish = functools.partial(
                 self.store.finish_attempt,
                 run_id,
@@ -269,13 +269,9 @@ class Runtime:
                 error=error,
                 stats_json=dumps(_stats_dict(stats)),
             )
-            with trio.CancelScope(shield=True) as scope:
-                scope.deadline = deadline
-                if dispatcher is not None and dispatcher.store_unanswered:
-                    # The store just left a shielded write unanswered for a whole
-                    # cleanup_timeout: do not wait for it again. The run stays
-                    # `running`; its next attempt takes it over.
-                    scope.cancel()
+            # Not even tried if the store left a cleanup unanswered: the run
+            # stays `running`, and its next attempt takes it over.
+            with cleanup.shielded():
                 try:
                     try:
                         await finish()
@@ -296,29 +292,6 @@ class Runtime:
 
     def _emit(self, run_id: str, type: str, data: dict[str, Any]) -> None:
         deliver(self.on_event, RuntimeEvent(type, run_id, trio.current_time(), data))
-
-
-class _Unwinding:
-    """When the run's nursery began to unwind (its tasks' cleanups start then).
-
-    Recording the run's end comes after those cleanups and shares their
-    ``cleanup_timeout``, so that a cancelled run whose store does not answer
-    returns within about one ``cleanup_timeout``, not two.
-    """
-
-    started_at: float | None = None
-
-    async def watch(self) -> None:
-        try:
-            await trio.sleep_forever()
-        finally:
-            self.started_at = trio.current_time()
-
-    def cleanup_deadline(self, cleanup_timeout: float) -> float:
-        """What is left of ``cleanup_timeout`` since the unwinding began (at least a tenth)."""
-        now = trio.current_time()
-        started = now if self.started_at is None else self.started_at
-        return max(started + cleanup_timeout, now + cleanup_timeout / 10)
 
 
 @trio.lowlevel.disable_ki_protection

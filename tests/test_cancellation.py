@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from trioplay._json import canonical_json
 from trioplay._runtime import default_run_id
 from trioplay.stores.memory import MemoryStore
 
-from .support import registry
+from .support import CountingTool, find_email, leads, registry
 
 
 def runtime_tasks() -> set[trio.lowlevel.Task]:
@@ -158,3 +159,82 @@ async def test_a_result_returned_after_the_cancel_is_still_recorded(
         assert paid
         held = await rt.store.count_receipts(default_run_id("p", canonical_json({})))
         assert held == {"completed": 1}
+
+
+CLEANUP = 0.5
+CANCEL_TIMEOUT = 0.25  # as PostgresStore's default cancel_timeout
+
+
+class GoesSilent:
+    """A memory store that stops answering at the first call of ``operation``.
+
+    From then on every call hangs, and a cancelled one takes ``CANCEL_TIMEOUT``
+    to give up, as a PostgreSQL call waits for the server to confirm its cancel
+    (a black-holed network never does). ``log`` holds each silent call as
+    ``(operation, started, ended)``.
+    """
+
+    def __init__(self, operation: str) -> None:
+        self._store = MemoryStore()
+        self.operation = operation
+        self.silent = trio.Event()
+        self.log: list[tuple[str, float, float]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._store, name)
+        if name in ("open", "aclose") or not inspect.iscoroutinefunction(found):
+            return found
+
+        async def answer(*args: Any, **kwargs: Any) -> Any:
+            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before it began
+            if name == self.operation:
+                self.silent.set()
+            if not self.silent.is_set():
+                return await found(*args, **kwargs)
+            started = trio.current_time()
+            try:
+                await trio.sleep_forever()
+            finally:  # cancelled: the cancel is never confirmed
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(CANCEL_TIMEOUT)
+                self.log.append((name, started, trio.current_time()))
+
+        return answer
+
+
+@pytest.mark.parametrize("operation", ["write_terminal_rows", "finish_page", "complete_many"])
+async def test_cleanup_after_a_cancel_shares_one_cleanup_timeout(
+    autojump_clock: trio.testing.MockClock, operation: str
+) -> None:
+    # The store goes silent at a sheet write, a page's finish or a settlement,
+    # and the run is cancelled 0.3 s later. Every shielded cleanup (the
+    # writer's last flush, the settler's last write, lease releases, the run's
+    # end) shares the one cleanup_timeout that began with the cancel, so the
+    # run returns within it, plus the store's own wait for a cancel it was
+    # asked at that deadline. Before, a cleanup that began after a cancelled
+    # call (the last flush after the cancelled write, the page's release
+    # after its cancelled finish) got a whole cleanup_timeout of its own.
+    store = GoesSilent(operation)
+    limits = trioplay.Limits(writer_max_flush=0.02, cleanup_timeout=CLEANUP)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        dataset = ctx.dataset("s", leads(3000)).with_column("email", find_email)
+        return await dataset.run(key="domain", page_size=100)
+
+    async with trioplay.open_runtime(
+        store=store, tools=registry(finder=CountingTool(delay=0.002)), limits=limits
+    ) as rt:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(rt.run, play, {})
+                await store.silent.wait()
+                await trio.sleep(0.3)
+                cancelled_at = trio.current_time()
+                scope.cancel()
+        elapsed = trio.current_time() - cancelled_at
+    # The silent calls, from the cancel: (operation, started, ended), by their end.
+    calls = {(op, round(a - cancelled_at, 3), round(b - cancelled_at, 3)) for op, a, b in store.log}
+    log = sorted(calls, key=lambda call: call[2])
+    assert scope.cancelled_caught
+    assert elapsed <= CLEANUP + CANCEL_TIMEOUT + 0.01, (elapsed, log)

@@ -17,6 +17,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trioplay._cleanup import CleanupBudget
 from trioplay._json import canonical_json, dumps, loads
 from trioplay._keys import tool_receipt_key
 from trioplay._map._writer import TerminalRow, TerminalRowWriter
@@ -102,7 +103,7 @@ def test_the_writer_commits_every_row_exactly_once(
             "ds",
             buffer_bytes=buffer_bytes,
             max_flush=max_flush,
-            cleanup_timeout=1,
+            cleanup=CleanupBudget(1.0),
             on_commit=on_commit,
         )
         with trio.fail_after(10_000):

@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 import trioplay
+from trioplay._cleanup import CleanupBudget
 from trioplay._cli._progress import MapProgress, RunOutcome, format_summary
 from trioplay._groups import open_nursery
 from trioplay._map._writer import TerminalRow, TerminalRowWriter
@@ -29,7 +30,7 @@ class Harness:
             "ds",
             buffer_bytes=kw.get("buffer_bytes", 1000),
             max_flush=kw.get("max_flush", 0.1),
-            cleanup_timeout=1.0,
+            cleanup=CleanupBudget(1.0),
             on_commit=self.on_commit,
         )
 

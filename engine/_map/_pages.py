@@ -21,6 +21,7 @@ from .._records import PageLease
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._cleanup import CleanupBudget
     from .._limits import Limits
     from .._store import PageStore
     from ._stall import MapStallObserver
@@ -61,6 +62,7 @@ class PageLeases:
     limits: Limits
     wall_clock: Callable[[], float]
     emit: Callable[[str, dict[str, Any]], None]
+    cleanup: CleanupBudget
 
     async def claim(
         self, offset: int, *, reopen: bool = False
@@ -112,7 +114,7 @@ class PageLeases:
                 if not page.settled.is_set():
                     # Cancelled with rows unfinished: give the page up now,
                     # while the rows clean up, not after them (the two share
-                    # one cleanup_timeout).
+                    # one cleanup budget).
                     page.released = True
                     await self.release(lease)
                 raise
@@ -137,9 +139,8 @@ class PageLeases:
         )
 
     async def release(self, lease: PageLease) -> None:
-        """Give a page up, shielded and bounded by ``cleanup_timeout``; never raises."""
-        with trio.CancelScope(shield=True) as scope:
-            scope.deadline = trio.current_time() + self.limits.cleanup_timeout
+        """Give a page up, shielded, within the run's cleanup budget; never raises."""
+        with self.cleanup.shielded():
             try:
                 await self.store.release_page(lease, now=self.wall_clock())
             except Exception:

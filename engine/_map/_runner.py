@@ -143,6 +143,7 @@ class _MapRun:
             limits,
             services.wall_clock,
             services.emit,
+            services.cleanup,
         )
         self.sizes = _RowSizes()
         self.total: int | None = None
@@ -152,7 +153,7 @@ class _MapRun:
             name,
             buffer_bytes=limits.writer_buffer_bytes,
             max_flush=limits.writer_max_flush,
-            cleanup_timeout=limits.cleanup_timeout,
+            cleanup=services.cleanup,
             on_commit=self._on_commit,
             trace=services.trace,
         )

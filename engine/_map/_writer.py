@@ -27,8 +27,9 @@ returned, and a call returns a value only once its receipt is recorded.
 
 A failed write latches: the writer raises the store's error (which fails the
 map), and any later send raises it at once. On cancellation the writer makes
-one last shielded attempt, bounded by ``cleanup_timeout``, to commit what it
-had admitted. Rows of a write that may or may not have taken effect (its
+one last shielded attempt, within the run's cleanup budget (what is left of
+``cleanup_timeout`` since the run began to unwind), to commit what it had
+admitted. Rows of a write that may or may not have taken effect (its
 commit was sent but never confirmed, it was cancelled mid-flight and the
 retry failed, or the retry ran out of time) are neither committed nor lost:
 ``unconfirmed`` counts them, and the map reports the count, since a rerun
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from types import TracebackType
 
+    from .._cleanup import CleanupBudget
     from .._records import SheetRow
     from .._store import SheetStore
     from .._trace import Recorder
@@ -123,7 +125,7 @@ class TerminalRowWriter:
         *,
         buffer_bytes: int,
         max_flush: float,
-        cleanup_timeout: float,
+        cleanup: CleanupBudget,
         on_commit: Callable[[list[TerminalRow]], None],
         trace: Recorder | None = None,
     ) -> None:
@@ -133,7 +135,7 @@ class TerminalRowWriter:
         self._dataset = dataset
         self._cap = buffer_bytes
         self._max_flush = max_flush
-        self._cleanup_timeout = cleanup_timeout
+        self._cleanup = cleanup
         self._on_commit = on_commit
         self._input, self._output = trio.open_memory_channel[TerminalRow](math.inf)
         self._buffered_bytes = 0  # sent, not yet taken into a batch
@@ -285,8 +287,7 @@ class TerminalRowWriter:
             return
         if self._trace is not None:
             self._traced(WriterBatchStarted, batch, sum(item.size for item in batch))
-        with trio.CancelScope(shield=True) as scope:
-            scope.deadline = trio.current_time() + self._cleanup_timeout
+        with self._cleanup.shielded() as scope:
             try:
                 await self._store.write_terminal_rows(
                     self._run_id, self._dataset, [item.row for item in batch]

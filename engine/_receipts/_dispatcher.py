@@ -79,6 +79,7 @@ if TYPE_CHECKING:
 
     import trio
 
+    from .._cleanup import CleanupBudget
     from .._governor import Governor, ProviderGate
     from .._limits import Limits
     from .._store import ReceiptStore
@@ -102,6 +103,7 @@ class Dispatcher:
         nursery: trio.Nursery,
         wall_clock: Callable[[], float],
         fetch: FetchFunction | None,
+        cleanup: CleanupBudget,
         trace: Recorder | None = None,
     ) -> None:
         self.stats = DispatchStats()
@@ -110,9 +112,9 @@ class Dispatcher:
         self.ended = False  # set when open_dispatcher's block is left: calls raise RunEnded
         inflight = InFlight()
         self._settler = settler = _Settler(
-            store, wall_clock, limits.cleanup_timeout, inflight.deliver, governor.release, trace
+            store, wall_clock, cleanup, inflight.deliver, governor.release, trace
         )
-        self._leases = leases = Leases(store, wall_clock, limits, trace)
+        self._leases = leases = Leases(store, wall_clock, limits, cleanup, trace)
         executor = Executor(
             governor=governor,
             limits=limits,
@@ -167,16 +169,10 @@ class Dispatcher:
         """Wait until every settlement handed over so far is written (or failed to be)."""
         await self._settler.drain()
 
-    @property
-    def store_unanswered(self) -> bool:
-        """The settler's last write, as the run was cancelled, got no answer within
-        ``cleanup_timeout``: the store is not answering now."""
-        return self._settler._unanswered
-
-    async def settle_late(self, deadline: float) -> None:
+    async def settle_late(self) -> None:
         """Once the dispatcher's tasks are gone: write the settlements handed over after
-        the settler stopped (a cancelled run's last calls), shielded, until ``deadline``."""
-        await self._settler.write_late(deadline)
+        the settler stopped (a cancelled run's last calls), within the cleanup budget."""
+        await self._settler.write_late()
 
     # -- entry points -------------------------------------------------------
     def call_tool(
@@ -314,6 +310,7 @@ async def open_dispatcher(
     owner: str,
     wall_clock: Callable[[], float],
     fetch: FetchFunction | None,
+    cleanup: CleanupBudget,
     trace: Recorder | None = None,
 ) -> AsyncIterator[Dispatcher]:
     """``async with open_dispatcher(...) as receipts:`` the receipts of one run.
@@ -324,10 +321,12 @@ async def open_dispatcher(
     fails with :class:`PersistenceLatchTripped` if a completion could not
     be, and then stops the lanes and heartbeats. Leaving it with an error
     (or cancelled) cancels them; the settler gives the settlements still
-    pending one bounded, shielded try (``cleanup_timeout``). Either way,
-    from then on every call through the dispatcher raises :class:`RunEnded`.
+    pending one shielded try within ``cleanup``, the run's cleanup budget,
+    which starts when this nursery begins to unwind. Either way, from then
+    on every call through the dispatcher raises :class:`RunEnded`.
     """
     async with open_nursery() as nursery:
+        nursery.start_soon(cleanup.watch)
         dispatcher = Dispatcher(
             store=store,
             governor=governor,
@@ -339,6 +338,7 @@ async def open_dispatcher(
             wall_clock=wall_clock,
             fetch=fetch,
             trace=trace,
+            cleanup=cleanup,
         )
         await nursery.start(dispatcher._settler.run)
         await nursery.start(dispatcher._leases.run)

@@ -15,6 +15,7 @@ from ._call import CLAIMED, LOST, SETTLING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._cleanup import CleanupBudget
     from .._limits import Limits
     from .._records import Claimed
     from .._store import ReceiptStore
@@ -32,6 +33,7 @@ class Leases:
         store: ReceiptStore,
         now: Callable[[], float],
         limits: Limits,
+        cleanup: CleanupBudget,
         trace: Recorder | None = None,
     ) -> None:
         self._trace = trace
@@ -39,7 +41,7 @@ class Leases:
         self._now = now
         self._lease_ttl = limits.lease_ttl
         self._interval = limits.lease_ttl / 2
-        self._cleanup_timeout = limits.cleanup_timeout
+        self._cleanup = cleanup
         # Watched cohorts, oldest first: (when their renewal is due, calls, cohort).
         self._watched: collections.deque[tuple[float, list[_Call], _Cohort]] = collections.deque()
         self._wakeup = trio.Event()  # a cohort was watched while none was
@@ -119,11 +121,10 @@ class Leases:
             self._trace.add(LeaseRenewed, len(live) - lost, lost)
 
     async def release_shielded(self, leases: list[Lease]) -> None:
-        """Give ``leases`` back, even while cancelled (bounded by ``cleanup_timeout``)."""
+        """Give ``leases`` back, even while cancelled (within the run's cleanup budget)."""
         if not leases:
             return
-        with trio.CancelScope(shield=True) as scope:
-            scope.deadline = trio.current_time() + self._cleanup_timeout
+        with self._cleanup.shielded():
             try:
                 await self._store.release_many(leases, now=self._now())
             except Exception:

@@ -31,6 +31,7 @@ from ._call import SETTLING, _Call
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from .._cleanup import CleanupBudget
     from .._governor import ProviderGate
     from .._store import ReceiptStore
     from .._trace import Recorder
@@ -53,7 +54,7 @@ class _Settler:
         self,
         store: ReceiptStore,
         now: Callable[[], float],
-        cleanup_timeout: float,
+        cleanup: CleanupBudget,
         deliver: Callable[..., None],
         release: Callable[[ProviderGate | None, object], None],
         trace: Recorder | None = None,
@@ -61,7 +62,7 @@ class _Settler:
         self._trace = trace
         self._store = store
         self._now = now
-        self._cleanup_timeout = cleanup_timeout
+        self._cleanup = cleanup
         self._deliver = deliver
         self._release = release
         self._pending: list[_Entry] = []
@@ -72,7 +73,6 @@ class _Settler:
         self._written = 0
         self._progress = trio.Event()  # set (and replaced) each time a batch is written
         self.latch: BaseException | None = None  # why the persistence latch tripped, if it did
-        self._unanswered = False  # the last write of a cancelled run was left unfinished
 
     def latch_error(self, subject: str) -> PersistenceLatchTripped:
         """The error ``subject`` (a call, a map, a run) fails with once the latch tripped.
@@ -120,17 +120,14 @@ class _Settler:
                 await self._write(self._writing)
                 self._advance(count)
         except trio.Cancelled:
-            # Settlements of paid calls are worth one bounded, shielded try;
-            # a write cut short by the cancellation is tried again (a
-            # settlement is fenced by its lease, so writing it twice is harmless).
+            # Settlements of paid calls are worth one shielded try within the
+            # cleanup budget; a write cut short by the cancellation is tried
+            # again (a settlement is fenced by its lease, so writing it twice
+            # is harmless).
             batch = self._writing + self._pending
             self._writing, self._pending = [], []
-            with trio.CancelScope(shield=True) as scope:
-                scope.deadline = trio.current_time() + self._cleanup_timeout
+            with self._cleanup.shielded():
                 await self._write(batch)
-            # A write the store did not finish within cleanup_timeout: a late
-            # one (write_late) would only wait as long again.
-            self._unanswered = bool(batch)
             # What is left was not written, and nothing more will be: fail its
             # callers (no value without its receipt), release whoever waits.
             for entry in batch:
@@ -138,17 +135,16 @@ class _Settler:
             self._advance(self._submitted - self._written)
             raise
 
-    async def write_late(self, deadline: float) -> None:
-        """Write what was handed over after :meth:`run` ended (shielded, until ``deadline``).
+    async def write_late(self) -> None:
+        """Write what was handed over after :meth:`run` ended (shielded, within the budget).
 
         A call whose tool returned without a checkpoint as its run was being
         cancelled settles after the settler's last write; its result was paid
         for. The run calls this once no task of its dispatcher is left.
         """
         batch, self._pending = self._pending, []
-        if batch and not self._unanswered:
-            with trio.CancelScope(shield=True) as scope:
-                scope.deadline = deadline
+        if batch:
+            with self._cleanup.shielded():
                 await self._write(batch)
         for entry in batch:  # not written (in time): as in run's cancelled path
             self._settled(entry, None)
