@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import json
 import types
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 VERSION = 1
 """The schema version, written as ``v`` in every event."""
@@ -338,25 +341,35 @@ EVENT_TYPES: dict[str, type[Event]] = {
 """Every event class by its ``type``."""
 
 converter = cattrs.Converter(forbid_extra_keys=True)
-"""The one converter of events; :func:`to_json` and :func:`from_json` use it."""
+"""The one converter of events; :func:`to_json` and :func:`from_json` use it.
+
+Its hooks for an event class are made on the class's first use, not at
+import: making them for every class costs more than the rest of importing
+``trioplay``, and a run that records to JSON Lines never needs them."""
 
 
-def _register(cls: type[Event]) -> None:
+def _is_event(cls: Any) -> bool:
+    return isinstance(cls, type) and issubclass(cls, Event) and cls is not Event
+
+
+def _unstructure_hook(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
+    attrs.resolve_types(cls)
     unstructure = make_dict_unstructure_fn(cls, converter)
     head = {"type": cls.TYPE, "v": VERSION}
 
     def to_dict(event: Event) -> dict[str, Any]:
         return {**head, **unstructure(event)}
 
-    converter.register_unstructure_hook(cls, to_dict)
-    converter.register_structure_hook(
-        cls, make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
-    )
+    return to_dict
 
 
-for _cls in EVENT_TYPES.values():
-    attrs.resolve_types(_cls)
-    _register(_cls)
+def _structure_hook(cls: type[Event]) -> Callable[[Any, Any], Event]:
+    attrs.resolve_types(cls)
+    return make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+
+
+converter.register_unstructure_hook_factory(_is_event, _unstructure_hook)
+converter.register_structure_hook_factory(_is_event, _structure_hook)
 
 
 def declared(field: attrs.Attribute[Any]) -> str:
@@ -365,6 +378,8 @@ def declared(field: attrs.Attribute[Any]) -> str:
 
 
 def _spelled(kind: Any) -> str:
+    if isinstance(kind, str):  # not resolved: as the source spells it
+        return kind
     if isinstance(kind, types.UnionType):
         return " | ".join("None" if arg is type(None) else _spelled(arg) for arg in kind.__args__)
     if isinstance(kind, type):
