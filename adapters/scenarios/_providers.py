@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trioplay import Limits
+from trioplay.events import MapProgress
 from trioplay.scenario import Expect, Scenario, Setup
 
 from ..faults import RateLimitStorm
@@ -98,7 +99,7 @@ def _provider_starvation(seed: int) -> Setup:
 
 def _healthy_rows_commit_first(result: ScenarioResult) -> list[str]:
     # The 80 healthy rows commit before the first stuck call times out (90 s).
-    done = [e.at for e in result.events if e.type == "map.progress" and e.data["completed"] >= 80]
+    done = [e.at for e in result.events if isinstance(e, MapProgress) and e.completed >= 80]
     if done and done[0] < 90:
         return []
     return [f"the healthy rows had not all committed before 90 s (first at {done[:1]})"]

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ._records import event_of
+from ._records import event_of, raw_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from ._records import Event, Raw
 
@@ -101,3 +101,16 @@ class Recorder:
         finally:
             for sink in self.sinks:
                 sink.close()
+
+
+def replay(events: Iterable[Event], *sinks: Sink) -> None:
+    """Hand recorded ``events`` (records) to ``sinks`` as a recorder would have, then close them.
+
+    A scenario keeps its run's records and writes them afterwards:
+    ``replay(result.events, JsonlSink(file))`` writes the bytes that
+    ``--events`` would have.
+    """
+    batch = [raw_of(event) for event in events]
+    for sink in sinks:
+        sink.write(batch)
+        sink.close()

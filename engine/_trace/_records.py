@@ -397,6 +397,11 @@ def event_of(raw: Raw) -> Event:
     return kind(*raw[1:])
 
 
+def raw_of(event: Event) -> Raw:
+    """The raw event of a record (what :func:`event_of` makes it from)."""
+    return (type(event), *attrs.astuple(event, recurse=False))
+
+
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _SCALARS: dict[type, Any] = {
     str: json.encoder.encode_basestring,
