@@ -189,6 +189,12 @@ def test_a_starved_provider_keeps_only_its_share() -> None:
     assert governor
     assert all(s["oldest_provider"] == "stuck-co" for s in governor)
     assert all(s["governor_waiting"] > 0 for s in governor)
+    # The page whose own rows hold the stuck provider's share names the
+    # resolver (their calls hang inside the provider), and the provider too.
+    resolver = [s for s in result.stalls if s["oldest_phase"] == "resolver"]
+    assert resolver
+    assert all((s["oldest_provider"], s["oldest_tool"]) == ("stuck-co", "stuck") for s in resolver)
+    assert all(s["governor_waiting"] < s["resolver_active"] for s in resolver)
 
 
 def test_a_summary_says_what_stalled_and_why() -> None:
