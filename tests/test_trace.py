@@ -235,7 +235,10 @@ def test_the_timeline_is_an_svg_with_axes_legend_and_stall_causes() -> None:
         "rows",
     ):
         assert wanted in texts, wanted
-    assert any(t.startswith("page 0: resolver: provider finder") for t in texts)
+    # The stall lines' lane of page 0, the cause written on its first mark.
+    assert "stall lines, by page, and the cause each names" in texts
+    assert "page 0" in texts
+    assert any(t.startswith("resolver: provider finder") for t in texts)
     assert any(t.startswith("rows committed per") for t in texts)
     assert render_timeline(events) == svg  # the same events, the same picture
 
