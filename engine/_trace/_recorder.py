@@ -19,9 +19,11 @@ run records the same events.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
+from trio._core._run import SystemClock
 
 from ._records import event_of, raw_of
 
@@ -73,8 +75,16 @@ class Recorder:
         self.closed = False
 
     def bind_clock(self) -> None:
-        """Read the current Trio run's clock directly from now on (``open_runtime`` calls it)."""
-        self._now = trio.lowlevel.current_clock().current_time
+        """Read the current Trio run's clock directly from now on (``open_runtime`` calls it).
+
+        Trio's own clock is ``time.perf_counter()`` plus a random offset:
+        with it the recorder reads the counter itself, a C function instead
+        of a Python method per event (the times' origin is arbitrary either
+        way, see ``docs/events.md``). Any other clock (``MockClock``) is read
+        as it is.
+        """
+        clock = trio.lowlevel.current_clock()
+        self._now = time.perf_counter if type(clock) is SystemClock else clock.current_time
 
     def add(self, kind: type[Event], *fields: Any) -> None:
         """Record one ``kind`` event happening now, its fields after ``at`` in order."""
