@@ -28,7 +28,6 @@ from ._trace._recorder import Sink as Sink
 from ._trace._recorder import replay as replay
 from ._trace._records import EVENT_TYPES as EVENT_TYPES
 from ._trace._records import VERSION as VERSION
-from ._trace._records import CallAdmitted as CallAdmitted
 from ._trace._records import CallFinished as CallFinished
 from ._trace._records import CallQueued as CallQueued
 from ._trace._records import CallSettled as CallSettled

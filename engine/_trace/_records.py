@@ -25,8 +25,8 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-VERSION = 1
-"""The schema version, written as ``v`` in every event."""
+VERSION = 2
+"""The schema version, written as ``v`` in every event (2: no ``call.admitted``)."""
 
 
 def on_grid(at: float) -> float:
@@ -161,13 +161,6 @@ class CallQueued(Event):
     tool: str
     provider: str | None
     row: str | None
-
-
-@attrs.frozen
-class CallAdmitted(Event):
-    TYPE = "call.admitted"
-    call: str
-    provider: str | None
 
 
 @attrs.frozen
@@ -328,7 +321,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RowWriterAdmitted,
         RowCommitted,
         CallQueued,
-        CallAdmitted,
         CallStarted,
         CallFinished,
         CallSettled,

@@ -151,10 +151,11 @@ class _Run:
                 call_row[e.call] = e.row
             elif isinstance(e, r.ReceiptClaimed) and e.call in call_row:
                 enter(live.get(call_row[e.call]), "governor", at)
-            elif isinstance(e, r.CallAdmitted):
+            elif isinstance(e, r.CallStarted):  # admitted by the governor, and started
                 if e.call in call_row:
                     enter(live.get(call_row[e.call]), "resolver", at)
-                slots[e.call] = (e.provider or "local", at)
+                if e.provider is not None:  # a step holds no governor slot
+                    slots[e.call] = (e.provider, at)
             elif isinstance(e, r.CallSettled):
                 call_row.pop(e.call, None)
                 self._release(slots.pop(e.call, None), width, at)
