@@ -89,7 +89,8 @@ class Recorder:
     def add(self, kind: type[Event], *fields: Any) -> None:
         """Record one ``kind`` event happening now, its fields after ``at`` in order."""
         pending = self._pending
-        pending.append((kind, self._now(), *fields))
+        # Concatenated: one tuple, where (kind, now, *fields) builds a list first.
+        pending.append((kind, self._now()) + fields)  # noqa: RUF005
         if len(pending) >= self._batch:
             self.flush()
 
