@@ -341,7 +341,7 @@ class _Canvas:
         below: float,
         bottom: float,
     ) -> None:
-        """Panel 0: a lane per page, a tick per stall line, what it blames written beside it.
+        """Panel 0: a lane per page, a tick per stall line, what it blames written above it.
 
         A label is written above the tick where a lane's blame changes (the
         first line, then each line that blames something else), starting at
@@ -371,7 +371,8 @@ class _Canvas:
                 for n, (at, label, colour) in enumerate(marks)
                 if n == 0 or label != marks[n - 1][1]
             ]
-            for x, _label, colour in [(self.x(at), label, c) for at, label, c in marks]:
+            for at, _label, colour in marks:
+                x = self.x(at)
                 parts.append(
                     f'<line x1="{x:.1f}" y1="{y + 15}" x2="{x:.1f}" y2="{y + _LANE - 2}" '
                     f'stroke="{colour}" stroke-width="2.5"/>'
