@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -117,3 +119,13 @@ def test_an_unknown_scenario_is_a_usage_error(tmp_path: Path) -> None:
     done = run_trioplay("scenario", "run", "no-such-thing", cwd=tmp_path)
     assert done.returncode == 2
     assert "no scenario 'no-such-thing'" in done.stderr
+
+
+def test_the_command_line_does_not_import_trio_testing() -> None:
+    # Acceptance 3 gives a scenario 2 s from the command line, start-up
+    # included: trio.testing imports pytest, which every command paid for.
+    code = "import sys, trioplay._cli; print(sorted({'trio.testing', 'pytest'} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
-import trio.testing
 
 from .._errors import format_error
 from .._plugins import open_store
@@ -47,8 +46,10 @@ def run_scenario(scenario: Scenario, *, seed: int = 0) -> ScenarioResult:
     async def main() -> None:
         ran.append(await _run(scenario, seed))
 
+    from trio.testing import MockClock  # here: trio.testing imports pytest, at any command
+
     with _seeded_scheduler(0):
-        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        trio.run(main, clock=MockClock(autojump_threshold=0))
     [done] = ran
     result = ScenarioResult(
         scenario=scenario.name,
