@@ -7,7 +7,8 @@ would be a lease that expired while its heartbeat could not run. One
 :class:`LoopWatch` per run (a task of the run's nursery, started next to
 the dispatcher's) sleeps ``loop_lag_threshold / 2`` at a time and measures
 how late it wakes. A wake later than ``Limits.loop_lag_threshold`` is a
-``loop.lag`` event (``lag_ms``, ``threshold_ms``), and the largest lag of
+``loop.lag`` event (``lag_ms``, ``threshold_ms``; to ``on_event`` and, as
+a record, to the run's recorder), and the largest lag of
 the last stall interval is the stall line's ``loop_lag_ms``, which names
 phase ``loop`` when it reached the threshold.
 
@@ -34,16 +35,26 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ._trace._records import LoopLag
+
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from ._trace import Recorder
 
 
 class LoopWatch:
     """The watchdog of one run: see the module docstring."""
 
-    def __init__(self, threshold: float, emit: Callable[[str, dict[str, Any]], None]) -> None:
+    def __init__(
+        self,
+        threshold: float,
+        emit: Callable[[str, dict[str, Any]], None],
+        trace: Recorder | None = None,
+    ) -> None:
         self.threshold = threshold
         self._emit = emit
+        self._trace = trace
         # (woke at, lag) of the lags at or above the threshold, oldest first.
         self._lags: deque[tuple[float, float]] = deque(maxlen=1024)
         self._deadline = math.inf  # when the watchdog is due to wake next
@@ -59,10 +70,10 @@ class LoopWatch:
             lag = woke - deadline
             if lag >= self.threshold:
                 self._lags.append((woke, lag))
-                self._emit(
-                    "loop.lag",
-                    {"lag_ms": _ms(lag), "threshold_ms": _ms(self.threshold)},
-                )
+                lag_ms, threshold_ms = _ms(lag), _ms(self.threshold)
+                self._emit("loop.lag", {"lag_ms": lag_ms, "threshold_ms": threshold_ms})
+                if self._trace is not None:
+                    self._trace.add(LoopLag, float(lag_ms), float(threshold_ms))
 
     def lag_since(self, since: float) -> float:
         """The largest lag at or above the threshold seen at or after ``since`` (0 if none).

@@ -207,7 +207,9 @@ class Runtime:
             ) as dispatcher:
                 stats = dispatcher.stats
                 loop_watch = LoopWatch(
-                    self.limits.loop_lag_threshold, functools.partial(self._emit, run_id)
+                    self.limits.loop_lag_threshold,
+                    functools.partial(self._emit, run_id),
+                    self.trace,
                 )
                 services = RunServices(
                     run_id=run_id,

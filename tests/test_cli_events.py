@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from trioplay._cli import main
+from trioplay._trace import VERSION, read_events
 from trioplay._trace import _records as r
-from trioplay._trace import read_events
 
 from .test_trace import check_chrome_trace
 
@@ -61,8 +61,9 @@ def test_the_timeline_default_name_and_what_it_refuses(
 ) -> None:
     events = tmp_path / "run.jsonl"
     events.write_text(
-        '{"type":"run.started","v":1,"at":0.0,"run":"r","play":"p","attempt":1}\n'
-        '{"type":"run.finished","v":1,"at":2.0,"run":"r","status":"completed","error":null}\n',
+        f'{{"type":"run.started","v":{VERSION},"at":0.0,"run":"r","play":"p","attempt":1}}\n'
+        f'{{"type":"run.finished","v":{VERSION},"at":2.0,"run":"r","status":"completed",'
+        '"error":null}\n',
         encoding="utf-8",
     )
     code, _, err = _cli(capsys, "timeline", str(events))

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from trioplay.adapters.scenarios import BUILT_IN
+from trioplay.events import MapStall, RunStarted, read_events
 
 from .support import run_trioplay
+from .test_trace import check_chrome_trace
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "scenario_slow_waterfall.py"
 WALL_BOUND = 2.0  # issue 13, acceptance 3: seconds per scenario from the command line
@@ -39,10 +44,34 @@ def test_every_scenario_runs_quickly_from_the_command_line(scenario: str, tmp_pa
     assert "[runtime.map_stall]" not in done.stdout + done.stderr  # they are in stalls.log
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert (summary["scenario"], summary["expectations_held"]) == (scenario, True)
-    events = (tmp_path / "o" / "events.jsonl").read_text().splitlines()
-    assert json.loads(events[0])["type"] == "run.started"
+    events = list(read_events(tmp_path / "o" / "events.jsonl"))  # the recorder's schema
+    assert isinstance(events[0], RunStarted)
     stalls = (tmp_path / "o" / "stalls.log").read_text().splitlines()
     assert len(stalls) == summary["stall_lines"]
+    assert len(stalls) == sum(isinstance(e, MapStall) for e in events)
+    check_chrome_trace(json.loads((tmp_path / "o" / "trace.json").read_text()))
+    assert ET.parse(tmp_path / "o" / "timeline.svg").getroot().tag.endswith("svg")
+
+
+def test_the_files_of_a_run_are_one_stream_of_events(tmp_path: Path) -> None:
+    # events.jsonl is what --events writes: trioplay timeline draws it, and
+    # draws what scenario run drew; the trace's stalls are the stall lines.
+    done = run_trioplay("scenario", "run", "provider-starvation", "--out", "o", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = tmp_path / "o"
+    assert "trace.json" in done.stdout
+    assert "timeline.svg" in done.stdout
+    drawn = run_trioplay("timeline", "o/events.jsonl", "--out", "again.svg", cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    assert (tmp_path / "again.svg").read_text() == (out / "timeline.svg").read_text()
+    trace = check_chrome_trace(json.loads((out / "trace.json").read_text()))
+    instants = [e for e in trace if e["ph"] == "i" and e["name"].startswith("stall: ")]
+    logged = (out / "stalls.log").read_text().splitlines()
+    lines = [json.loads(line.split(" ", 1)[1]) for line in logged]
+    assert [e["args"] for e in instants] == lines
+    assert {e["name"] for e in instants} >= {
+        "stall: governor: provider stuck-co, tool stuck, oldest 120,000 ms"
+    }
 
 
 @pytest.mark.parametrize("scenario", ["provider-starvation", "receipt-held-elsewhere"])
@@ -90,3 +119,13 @@ def test_an_unknown_scenario_is_a_usage_error(tmp_path: Path) -> None:
     done = run_trioplay("scenario", "run", "no-such-thing", cwd=tmp_path)
     assert done.returncode == 2
     assert "no scenario 'no-such-thing'" in done.stderr
+
+
+def test_the_command_line_does_not_import_trio_testing() -> None:
+    # Acceptance 3 gives a scenario 2 s from the command line, start-up
+    # included: trio.testing imports pytest, which every command paid for.
+    code = "import sys, trioplay._cli; print(sorted({'trio.testing', 'pytest'} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

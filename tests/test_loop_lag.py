@@ -131,3 +131,28 @@ async def test_a_lag_the_watchdog_has_not_yet_measured_counts(
         assert watch.lag_since(start) == pytest.approx(9.85)  # now measured
         assert watch.lag_since(trio.current_time() + 1) == 0
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.deadline(600)
+async def test_a_blocked_loop_is_a_recorded_event_too(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The typed stream carries what on_event does: a loop.lag record, and the
+    # stall line naming the loop.
+    from trioplay._trace import ListSink, Recorder
+    from trioplay._trace import _records as r
+
+    async def resolver(row: trioplay.Row, _rc: trioplay.RowContext) -> Any:
+        autojump_clock.jump(5)
+        await trio.sleep(100)
+        return 1
+
+    kept = ListSink()
+    recorder = Recorder(kept)
+    async with trioplay.open_runtime(store=MemoryStore(), recorder=recorder) as rt:
+        await rt.run(_play(resolver), {}, run_id="r")
+    recorder.close()
+    lags = [e for e in kept.events if isinstance(e, r.LoopLag)]
+    assert lags == [r.LoopLag(at=5.0, lag_ms=4750.0, threshold_ms=500.0)]
+    [stall, *_] = [e for e in kept.events if isinstance(e, r.MapStall)]
+    assert (stall.phase, stall.report["loop_lag_ms"]) == ("loop", 4750)

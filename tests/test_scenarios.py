@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from trioplay.adapters.scenarios import BUILT_IN, find
+from trioplay.events import LoopLag, MapProgress
 from trioplay.scenario import ScenarioResult, run_scenario
 
 NAMES = [scenario.name for scenario in BUILT_IN]
@@ -169,7 +170,7 @@ def test_a_cancelled_run_reported_only_what_it_stored() -> None:
 
 def test_the_starved_loop_is_an_event_and_the_named_cause() -> None:
     result = _run("loop-starvation")
-    lags = [e.data["lag_ms"] for e in result.events if e.type == "loop.lag"]
+    lags = [e.lag_ms for e in result.events if isinstance(e, LoopLag)]
     assert lags
     assert max(lags) >= 45_000
     [line] = result.stalls
@@ -181,13 +182,19 @@ def test_a_starved_provider_keeps_only_its_share() -> None:
     # stuck call times out; the stuck provider's own rows wait for its share.
     result = _run("provider-starvation")
     healthy_done = next(
-        e.at for e in result.events if e.type == "map.progress" and e.data["completed"] == 80
+        e.at for e in result.events if isinstance(e, MapProgress) and e.completed == 80
     )
     assert healthy_done < 90
     governor = [s for s in result.stalls if s["oldest_phase"] == "governor"]
     assert governor
     assert all(s["oldest_provider"] == "stuck-co" for s in governor)
     assert all(s["governor_waiting"] > 0 for s in governor)
+    # The page whose own rows hold the stuck provider's share names the
+    # resolver (their calls hang inside the provider), and the provider too.
+    resolver = [s for s in result.stalls if s["oldest_phase"] == "resolver"]
+    assert resolver
+    assert all((s["oldest_provider"], s["oldest_tool"]) == ("stuck-co", "stuck") for s in resolver)
+    assert all(s["governor_waiting"] < s["resolver_active"] for s in resolver)
 
 
 def test_a_summary_says_what_stalled_and_why() -> None:

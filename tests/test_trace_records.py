@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trioplay._trace import EVENT_TYPES, VERSION, Event, from_json, to_json
-from trioplay._trace._records import declared, json_line
+from trioplay._trace._records import declared, event_of, json_line
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "events.md").read_text(encoding="utf-8")
 
@@ -128,3 +128,14 @@ def test_docs_list_every_type_and_field_in_order() -> None:
         fields = [field.name for field in attrs.fields(kind)][1:]  # `at` is every event's
         assert documented[name] == fields, name
     assert f"version **{VERSION}**" in DOC
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_a_time_is_written_to_the_microsecond_as_its_record_holds_it(at: float) -> None:
+    # The sink writes a raw event's time rounded, as the record of it holds it.
+    kind = EVENT_TYPES["row.committed"]
+    raw = (kind, at, "leads", "k", "completed")
+    record = event_of(raw)
+    assert record.at == float(f"{at:.6f}")
+    assert json_line(raw) == json.dumps(to_json(record), separators=(",", ":")) + "\n"
+    assert from_json(json.loads(json_line(raw))) == record

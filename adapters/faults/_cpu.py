@@ -15,7 +15,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import trio
-import trio.testing
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -25,8 +24,10 @@ if TYPE_CHECKING:
 
 def block_loop(seconds: float) -> None:
     """Hold the event loop for ``seconds`` (real or, under a MockClock, virtual)."""
+    from trio.testing import MockClock  # here: trio.testing imports pytest
+
     clock = trio.lowlevel.current_clock()
-    if isinstance(clock, trio.testing.MockClock):
+    if isinstance(clock, MockClock):
         clock.jump(seconds)
         return
     end = time.perf_counter() + seconds

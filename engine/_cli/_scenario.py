@@ -1,7 +1,8 @@
 """``trioplay scenario list`` and ``trioplay scenario run NAME|FILE.py[:NAME]``.
 
 A scenario runs in virtual time (:func:`trioplay.scenario.run_scenario`);
-``run`` writes its events, stall lines and summary into ``--out`` and
+``run`` writes its events, trace, timeline picture, stall lines and
+summary into ``--out`` and
 prints what stalled, for how long, what the runtime named as the cause and
 whether the scenario's expectations held (exit code 1 if not).
 """
@@ -46,8 +47,9 @@ def add_scenario_commands(
         description=(
             "Run a built-in scenario, or one of your own (a Python file defining a "
             "trioplay.scenario.Scenario), under a mock clock: hours of stalls in well "
-            "under a second. Writes events.jsonl, stalls.log and summary.json into "
-            "--out and prints a summary; exits 1 if the expectations did not hold."
+            "under a second. Writes events.jsonl, trace.json, timeline.svg, stalls.log "
+            "and summary.json into --out and prints a summary; exits 1 if the "
+            "expectations did not hold."
         ),
     )
     run.add_argument(
@@ -79,8 +81,6 @@ def _cmd_scenario_run(args: argparse.Namespace, session: _Session) -> int:
         result = run_scenario(scenario, seed=args.seed)
     out = Path(args.out) if args.out else Path(DEFAULT_OUT) / scenario.name
     written = write_outputs(result, out)
-    # The trace (trace.json) and the picture (timeline.svg) of the same
-    # events go here, beside the three files, once their writers exist.
     for line in describe(result):
         print(line)
     print(f"  wrote: {', '.join(str(path) for path in written)}")

@@ -32,7 +32,7 @@ from .._json import dumps, loads
 from .._keys import idempotency_key
 from .._records import Completion, Failure, Lease
 from .._tools import ToolCall
-from .._trace._records import CallAdmitted, CallFinished, CallStarted
+from .._trace._records import CallFinished, CallStarted
 from ._call import DELIVERED, LOST, SETTLING, owner_gone, park, wake
 from ._leases import unsettled
 
@@ -152,9 +152,6 @@ class Executor:
                 except trio.Cancelled:
                     await self._release_shielded(unsettled(owned))
                     raise
-            if gated and self._trace is not None:
-                for call, _ in owned:
-                    self._trace.add(CallAdmitted, call.key, _provider(call))
             handed_over = False
             try:
                 delay = await self._execute_admitted(owned, batch, retry, retry < tries_left)

@@ -47,7 +47,7 @@ def judge(result: ScenarioResult, expect: Expect) -> list[str]:
         if not any(all(s.get(k) == v for k, v in wanted_line.items()) for s in stalls):
             named = [{k: s.get(k) for k in wanted_line} for s in stalls]
             problems.append(f"no stall line names {wanted_line}; they named {_distinct(named)}")
-    types = {e.type for e in result.events}
+    types = {e.TYPE for e in result.events}
     problems += [f"no {t} event" for t in expect.events if t not in types]
     if expect.check is not None:
         problems += expect.check(result)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._trace import JsonlSink, replay
+from .._trace._records import MapFinished, MapProgress, MapStall
+
 if TYPE_CHECKING:
-    from .._events import RuntimeEvent
+    from .._trace import Event
 
 STALL_PREFIX = "[runtime.map_stall] "
 
@@ -19,12 +23,16 @@ def compact(data: Any) -> str:
 
 @attrs.frozen(kw_only=True)
 class ScenarioResult:
-    """One run of a scenario. ``problems`` lists the expectations it missed (none: it held)."""
+    """One run of a scenario. ``problems`` lists the expectations it missed (none: it held).
+
+    ``events`` are the run's records, in order (:mod:`trioplay.events`,
+    ``docs/events.md``): what ``events.jsonl`` holds, one a line.
+    """
 
     scenario: str
     description: str
     seed: int
-    events: tuple[RuntimeEvent, ...]
+    events: tuple[Event, ...]
     status: str
     error: str | None
     virtual_seconds: float
@@ -42,32 +50,25 @@ class ScenarioResult:
     @property
     def stalls(self) -> list[dict[str, Any]]:
         """The stall lines' data, in order."""
-        return [e.data for e in self.events if e.type == "map.stall"]
+        return [e.report for e in self.events if isinstance(e, MapStall)]
 
     def counts(self) -> dict[str, int]:
         """The last row counts of the run's maps, summed (``completed``, ``failed``, ...)."""
-        last: dict[str, dict[str, Any]] = {}
+        last: dict[str, MapProgress | MapFinished] = {}
         for event in self.events:
-            if event.type in ("map.progress", "map.finished"):
-                last[event.data["map"]] = event.data
+            if isinstance(event, MapProgress | MapFinished):
+                last[event.map] = event
         totals: dict[str, int] = {}
-        for data in last.values():
+        for counts in last.values():
             for name in ("completed", "failed", "skipped"):
-                if isinstance(data.get(name), int):
-                    totals[name] = totals.get(name, 0) + data[name]
+                totals[name] = totals.get(name, 0) + getattr(counts, name)
         return totals
 
     def events_jsonl(self) -> str:
-        """Every event as one JSON line, keys sorted: the same run gives the same bytes."""
-        return "".join(
-            json.dumps(
-                {"at": e.at, "data": e.data, "run_id": e.run_id, "type": e.type},
-                sort_keys=True,
-                separators=(",", ":"),
-            )
-            + "\n"
-            for e in self.events
-        )
+        """Every event as one JSON line, as ``--events`` writes them (same run, same bytes)."""
+        text = io.StringIO()
+        replay(self.events, JsonlSink(text))
+        return text.getvalue()
 
     def stall_log(self) -> str:
         """The stall lines as the logger ``trioplay.stall`` wrote them, one per line."""
@@ -113,12 +114,12 @@ class ScenarioResult:
         }
 
 
-def _first_stall_at(events: tuple[RuntimeEvent, ...]) -> float | None:
-    return next((round(e.at, 3) for e in events if e.type == "map.stall"), None)
+def _first_stall_at(events: tuple[Event, ...]) -> float | None:
+    return next((round(e.at, 3) for e in events if isinstance(e, MapStall)), None)
 
 
-def _count_types(events: tuple[RuntimeEvent, ...]) -> dict[str, int]:
+def _count_types(events: tuple[Event, ...]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for event in events:
-        counts[event.type] = counts.get(event.type, 0) + 1
+        counts[event.TYPE] = counts.get(event.TYPE, 0) + 1
     return dict(sorted(counts.items()))

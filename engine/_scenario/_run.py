@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
-import trio.testing
 
 from .._errors import format_error
 from .._plugins import open_store
 from .._runtime import open_runtime
+from .._trace import ChromeTraceSink, JsonlSink, ListSink, Recorder, replay
+from .._trace._records import RunFinished
+from .._trace._timeline import render_timeline
 from ._judge import judge
 from ._result import ScenarioResult
 
@@ -21,8 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from .._events import RuntimeEvent
     from .._store import Store
+    from .._trace import Event
     from ._model import Scenario
 
 EPOCH = 1_800_000_000.0
@@ -44,8 +46,10 @@ def run_scenario(scenario: Scenario, *, seed: int = 0) -> ScenarioResult:
     async def main() -> None:
         ran.append(await _run(scenario, seed))
 
+    from trio.testing import MockClock  # here: trio.testing imports pytest, at any command
+
     with _seeded_scheduler(0):
-        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        trio.run(main, clock=MockClock(autojump_threshold=0))
     [done] = ran
     result = ScenarioResult(
         scenario=scenario.name,
@@ -64,7 +68,8 @@ def run_scenario(scenario: Scenario, *, seed: int = 0) -> ScenarioResult:
 
 async def _run(scenario: Scenario, seed: int) -> _Ran:
     setup = scenario.setup(seed)
-    events: list[RuntimeEvent] = []
+    kept = ListSink()
+    recorder = Recorder(kept)
     start = trio.current_time()
     run_id = f"scenario-{scenario.name}"
     status, error = "failed", None
@@ -78,7 +83,7 @@ async def _run(scenario: Scenario, seed: int) -> _Ran:
             fetch_timeouts=setup.fetch_timeouts,
             allow_networks=setup.allow_networks,
             http_transport=setup.http_transport,
-            on_event=events.append,
+            recorder=recorder,
             wall_clock=lambda: EPOCH + trio.current_time(),
         ) as rt:
             with trio.move_on_after(setup.deadline):
@@ -94,13 +99,16 @@ async def _run(scenario: Scenario, seed: int) -> _Ran:
     except Exception as exc:
         error = format_error(exc)
         ended = trio.current_time()
-    finished = [e for e in events if e.type == "run.finished"]
+    finally:
+        recorder.close()
+    events = tuple(kept.events)
+    finished = [e for e in events if isinstance(e, RunFinished)]
     if finished:
         # The runtime's own word on how the run ended.
-        status, error = finished[-1].data["status"], finished[-1].data["error"]
+        status, error = finished[-1].status, finished[-1].error
     elif status != "completed" and error is None:
         status, error = "cancelled", "cancelled"
-    return _Ran(tuple(events), status, error, ended - start, row_errors, stored)
+    return _Ran(events, status, error, ended - start, row_errors, stored)
 
 
 @contextlib.contextmanager
@@ -132,7 +140,7 @@ def _seeded_scheduler(seed: int) -> Iterator[None]:
 
 @attrs.frozen
 class _Ran:
-    events: tuple[RuntimeEvent, ...]
+    events: tuple[Event, ...]
     status: str
     error: str | None
     virtual_seconds: float
@@ -157,19 +165,26 @@ async def _sheet(store: Store, run_id: str) -> tuple[dict[str, int], dict[str, i
 
 
 def write_outputs(result: ScenarioResult, out: Path) -> list[Path]:
-    """Write ``events.jsonl``, ``stalls.log`` and ``summary.json`` into ``out``; return them.
+    """Write the run's files into ``out``; return them.
 
-    The trace (``trace.json``) and the timeline picture (``timeline.svg``)
-    are drawn from the same events by the event-stream writers, beside
-    these three.
+    ``events.jsonl`` (the records, as ``--events`` writes them), ``trace.json``
+    (Chrome trace-event JSON, as ``--trace`` writes it), ``timeline.svg`` (as
+    ``trioplay timeline`` draws it), ``stalls.log`` (the stall lines) and
+    ``summary.json``: all from the one list of records.
     """
     out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, sink in (("events.jsonl", JsonlSink), ("trace.json", ChromeTraceSink)):
+        path = out / name
+        with path.open("w", encoding="utf-8") as file:
+            replay(result.events, sink(file))
+        written.append(path)
     files: dict[str, str] = {
-        "events.jsonl": result.events_jsonl(),
         "stalls.log": result.stall_log(),
         "summary.json": json.dumps(result.summary(), indent=2, sort_keys=True) + "\n",
     }
-    written = []
+    if result.events:  # a runtime that did not open has nothing to draw
+        files = {"timeline.svg": render_timeline(result.events), **files}
     for name, text in files.items():
         path = out / name
         path.write_text(text, encoding="utf-8")

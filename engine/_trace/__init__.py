@@ -11,6 +11,7 @@ from ._jsonl import read_events as read_events
 from ._recorder import ListSink as ListSink
 from ._recorder import Recorder as Recorder
 from ._recorder import Sink as Sink
+from ._recorder import replay as replay
 from ._records import EVENT_TYPES as EVENT_TYPES
 from ._records import VERSION as VERSION
 from ._records import Event as Event

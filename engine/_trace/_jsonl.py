@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, TextIO
 
-from ._records import from_json, json_line
+from ._records import from_json, json_lines
 
 if TYPE_CHECKING:
     import os
@@ -21,7 +21,7 @@ class JsonlSink:
         self._file = file
 
     def write(self, batch: list[Raw]) -> None:
-        self._file.write("".join([json_line(raw) for raw in batch]))
+        self._file.write(json_lines(batch))
 
     def close(self) -> None:
         self._file.flush()

@@ -1,7 +1,7 @@
 """The typed events of the runtime, and the one converter to and from JSON.
 
 Every event is a frozen, slotted attrs record whose first field is ``at``
-(seconds on the Trio clock); its class names its ``type`` (``TYPE``). As
+(seconds on the recorder's clock, to the microsecond); its class names its ``type`` (``TYPE``). As
 JSON, an event is one flat object: ``type``, ``v`` (the schema version,
 :data:`VERSION`), then its fields in order. ``docs/events.md`` lists every
 type and field with its unit; ``tests/test_trace_records.py`` checks that
@@ -16,22 +16,36 @@ from __future__ import annotations
 
 import json
 import types
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
-VERSION = 1
-"""The schema version, written as ``v`` in every event."""
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+VERSION = 2
+"""The schema version, written as ``v`` in every event (2: no ``call.admitted``)."""
+
+
+def on_grid(at: float) -> float:
+    """``at`` rounded to the microsecond: the time of every event (see :class:`Event`)."""
+    return float(f"{at:.6f}")
 
 
 @attrs.frozen
 class Event:
-    """What every event has: when it happened (Trio clock, seconds)."""
+    """What every event has: when it happened (seconds, to the microsecond).
+
+    A record rounds its ``at`` to the microsecond, as the JSON Lines sink
+    writes it (six decimals cost a third of the shortest repr of a float,
+    the largest part of writing an event): an event read back from a file
+    is the event recorded.
+    """
 
     TYPE: ClassVar[str] = ""
-    at: float
+    at: float = attrs.field(converter=on_grid)
 
 
 # -- the run and its maps -----------------------------------------------------
@@ -147,13 +161,6 @@ class CallQueued(Event):
     tool: str
     provider: str | None
     row: str | None
-
-
-@attrs.frozen
-class CallAdmitted(Event):
-    TYPE = "call.admitted"
-    call: str
-    provider: str | None
 
 
 @attrs.frozen
@@ -314,7 +321,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RowWriterAdmitted,
         RowCommitted,
         CallQueued,
-        CallAdmitted,
         CallStarted,
         CallFinished,
         CallSettled,
@@ -338,25 +344,35 @@ EVENT_TYPES: dict[str, type[Event]] = {
 """Every event class by its ``type``."""
 
 converter = cattrs.Converter(forbid_extra_keys=True)
-"""The one converter of events; :func:`to_json` and :func:`from_json` use it."""
+"""The one converter of events; :func:`to_json` and :func:`from_json` use it.
+
+Its hooks for an event class are made on the class's first use, not at
+import: making them for every class costs more than the rest of importing
+``trioplay``, and a run that records to JSON Lines never needs them."""
 
 
-def _register(cls: type[Event]) -> None:
+def _is_event(cls: Any) -> bool:
+    return isinstance(cls, type) and issubclass(cls, Event) and cls is not Event
+
+
+def _unstructure_hook(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
+    attrs.resolve_types(cls)
     unstructure = make_dict_unstructure_fn(cls, converter)
     head = {"type": cls.TYPE, "v": VERSION}
 
     def to_dict(event: Event) -> dict[str, Any]:
         return {**head, **unstructure(event)}
 
-    converter.register_unstructure_hook(cls, to_dict)
-    converter.register_structure_hook(
-        cls, make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
-    )
+    return to_dict
 
 
-for _cls in EVENT_TYPES.values():
-    attrs.resolve_types(_cls)
-    _register(_cls)
+def _structure_hook(cls: type[Event]) -> Callable[[Any, Any], Event]:
+    attrs.resolve_types(cls)
+    return make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
+
+
+converter.register_unstructure_hook_factory(_is_event, _unstructure_hook)
+converter.register_structure_hook_factory(_is_event, _structure_hook)
 
 
 def declared(field: attrs.Attribute[Any]) -> str:
@@ -365,6 +381,8 @@ def declared(field: attrs.Attribute[Any]) -> str:
 
 
 def _spelled(kind: Any) -> str:
+    if isinstance(kind, str):  # not resolved: as the source spells it
+        return kind
     if isinstance(kind, types.UnionType):
         return " | ".join("None" if arg is type(None) else _spelled(arg) for arg in kind.__args__)
     if isinstance(kind, type):
@@ -382,6 +400,11 @@ def event_of(raw: Raw) -> Event:
     return kind(*raw[1:])
 
 
+def raw_of(event: Event) -> Raw:
+    """The raw event of a record (what :func:`event_of` makes it from)."""
+    return (type(event), *attrs.astuple(event, recurse=False))
+
+
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _SCALARS: dict[type, Any] = {
     str: json.encoder.encode_basestring,
@@ -392,12 +415,31 @@ _SCALARS: dict[type, Any] = {
 }
 # What writes a field of each declared type (a wrong type raises TypeError).
 _WRITERS = {"str": "S", "int": "I", "float": "F", "bool": "B"}
-_LINES: dict[type, Any] = {}
 
 
 def _value(value: Any) -> str:
     write = _SCALARS.get(type(value))
     return write(value) if write is not None else _encode(value)
+
+
+def _at_text(at: float) -> str:
+    """``at`` as JSON writes ``on_grid(at)``: the general way (see :func:`_line_function`)."""
+    return float.__repr__(on_grid(at))
+
+
+# The first statements of every line function: ``a``, the event's time as
+# JSON writes on_grid(raw[1]). Six decimals with the zeros stripped are that
+# text wherever it has at most 15 significant digits and repr writes no
+# exponent (1e-4 <= at < 1e9, or 0): elsewhere the general way.
+_AT = """    at = raw[1]
+    a = f'{at:.6f}'
+    if not (0.0001 <= at < 1e9 or at == 0.0):
+        a = A(at)
+    elif a[-1] == '0':
+        a = a.rstrip('0')
+        if a[-1] == '.':
+            a += '0'
+"""
 
 
 def _line_function(kind: type[Event]) -> Any:
@@ -408,21 +450,33 @@ def _line_function(kind: type[Event]) -> Any:
         spelled = declared(field)
         optional = spelled.endswith(" | None")
         writer = _WRITERS.get(spelled.removesuffix(" | None"), "E")
-        value = f"{writer}(raw[{index}])"
+        value = "a" if index == 1 else f"{writer}(raw[{index}])"
         if optional:
             value = f"('null' if raw[{index}] is None else {value})"
         pieces += [repr(f",{_encode(field.name)}:"), value]
     pieces.append(repr("}\n"))
-    source = "def line(raw):\n    return " + " + ".join(pieces) + "\n"
+    source = "def line(raw):\n" + _AT + "    return " + " + ".join(pieces) + "\n"
     scope = {
         "S": json.encoder.encode_basestring,
         "I": int.__repr__,
         "F": float.__repr__,
         "B": _SCALARS[bool],
         "E": _encode,
+        "A": _at_text,
     }
     exec(source, scope)
     return scope["line"]
+
+
+class _Lines(dict[type, Any]):
+    """The line function of each event class, made on its first event."""
+
+    def __missing__(self, kind: type[Event]) -> Any:
+        line = self[kind] = _line_function(kind)
+        return line
+
+
+_LINES = _Lines()
 
 
 def json_line(raw: Raw) -> str:
@@ -434,16 +488,23 @@ def json_line(raw: Raw) -> str:
     to the general encoder). ``tests/test_trace_records.py`` checks that
     both ways agree for every event type.
     """
-    kind = raw[0]
-    line = _LINES.get(kind)
-    if line is None:
-        line = _LINES[kind] = _line_function(kind)
     try:
-        return line(raw)  # type: ignore[no-any-return]
+        return _LINES[raw[0]](raw)  # type: ignore[no-any-return]
     except TypeError:
+        kind = raw[0]
         names = [field.name for field in attrs.fields(kind)]
-        values = ",".join(f"{_encode(n)}:{_value(v)}" for n, v in zip(names, raw[1:], strict=True))
-        return _encode({"type": kind.TYPE, "v": VERSION})[:-1] + "," + values + "}\n"
+        values = [_encode(names[0]) + ":" + _at_text(raw[1])]
+        values += [f"{_encode(n)}:{_value(v)}" for n, v in zip(names[1:], raw[2:], strict=True)]
+        return _encode({"type": kind.TYPE, "v": VERSION})[:-1] + "," + ",".join(values) + "}\n"
+
+
+def json_lines(batch: list[Raw]) -> str:
+    """The lines of ``batch``, as :func:`json_line` writes each (no call of it per event)."""
+    lines = _LINES
+    try:
+        return "".join([lines[raw[0]](raw) for raw in batch])
+    except TypeError:
+        return "".join([json_line(raw) for raw in batch])
 
 
 def to_json(event: Event) -> dict[str, Any]:

@@ -1,20 +1,27 @@
 """The timeline picture of a recorded run: an SVG drawn from its events, no dependency.
 
-Three panels share one time axis (seconds since the first event, or
+Up to four panels share one time axis (seconds since the first event, or
 milliseconds, minutes or hours, whichever reads best):
 
+0. **stall lines by page** (when there are any): a lane per page whose
+   stall observer spoke, a tick where each line fired, and written beside
+   the tick what the line blames (``governor: provider stuck-co, tool
+   stuck``), once for each run of lines that blame the same; loop-lag
+   events get a lane of their own (``event loop``);
 1. **rows in flight by phase**, stacked: ``resolver``, ``governor`` (a
    claimed call waiting for its slot), ``fetch``, ``writer admission``
    (finished, waiting to be taken by the writer), ``writer commit`` (taken,
    waiting for its batch to commit); each the mean number of rows in that
    phase over the interval;
-2. **commits per interval**: rows committed in each interval, as bars;
+2. **commits per interval**: rows committed in each interval (a round
+   length: 15 s, 2 min...), as bars;
 3. **provider concurrency**: calls of each provider holding a governor slot
    (from admission to settlement), mean per interval.
 
-Stall lines are red dashed marks across every panel, where they fired, with
-their cause written above (loop-lag events are orange marks). A legend names
-every colour. :func:`render_timeline` returns the SVG text.
+Each tick also draws a dashed line across the panels below (red for stall
+lines, orange for loop lag), so what the rows did at that moment lines up
+with what the line said. A legend names every colour.
+:func:`render_timeline` returns the SVG text.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 from . import _records as r
+from ._cause import stall_blame
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -43,8 +51,13 @@ _PROVIDER_COLOURS = (
     "#66a61e",
 )
 _COMMITS = "#8c6d31"
+_STALL, _LAG = "#d62728", "#ff7f0e"
 _BINS = 240
-_BARS = 60
+_BARS = 60  # at most
+_LANES = 8  # stall lanes at most: the pages beyond share the last one
+_LANE = 28  # pixels: a row of labels over a row of ticks
+_CHAR = 6.2  # the mean width of a character at 11 px, in pixels
+_ROUND = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200)
 _WIDTH = 1100
 _LEFT, _RIGHT = 80, 30
 _PLOT = _WIDTH - _LEFT - _RIGHT
@@ -89,12 +102,15 @@ class _Run:
     def __init__(self, events: list[r.Event]) -> None:
         self.t0 = min(e.at for e in events)
         self.t1 = max(e.at for e in events)
-        self.span = max(self.t1 - self.t0, 1e-3)
+        # The time axis ends with the last commit bar: a round number of bars.
+        self.bar = _bar_length(max(self.t1 - self.t0, 1e-3))
+        self.commits = [0] * math.ceil(max(self.t1 - self.t0, 1e-3) / self.bar - 1e-9)
+        self.span = len(self.commits) * self.bar
         width = self.span / _BINS
         self.phases = {p: _Occupancy(self.t0, width, _BINS) for p in PHASES}
         self.providers: dict[str, _Occupancy] = {}
-        self.commits = [0] * _BARS
-        self.stalls: list[tuple[float, str]] = []
+        # (at, lane, what the line blames): a lane per page, "event loop" for lags.
+        self.stalls: list[tuple[float, tuple[str, int], str]] = []
         self.lags: list[tuple[float, str]] = []
         self.title = "trioplay timeline"
         rows: dict[tuple[str, str], tuple[str, float]] = {}  # (map, row) -> (phase, since)
@@ -129,16 +145,17 @@ class _Run:
                 enter((e.map, e.row), None, at)
                 live.pop(e.row, None)
                 total += 1
-                bar = min(int((at - self.t0) / self.span * _BARS), _BARS - 1)
+                bar = min(int((at - self.t0) / self.bar), len(self.commits) - 1)
                 self.commits[bar] += 1
             elif isinstance(e, r.CallQueued) and e.row is not None:
                 call_row[e.call] = e.row
             elif isinstance(e, r.ReceiptClaimed) and e.call in call_row:
                 enter(live.get(call_row[e.call]), "governor", at)
-            elif isinstance(e, r.CallAdmitted):
+            elif isinstance(e, r.CallStarted):  # admitted by the governor, and started
                 if e.call in call_row:
                     enter(live.get(call_row[e.call]), "resolver", at)
-                slots[e.call] = (e.provider or "local", at)
+                if e.provider is not None:  # a step holds no governor slot
+                    slots[e.call] = (e.provider, at)
             elif isinstance(e, r.CallSettled):
                 call_row.pop(e.call, None)
                 self._release(slots.pop(e.call, None), width, at)
@@ -148,9 +165,9 @@ class _Run:
             elif isinstance(e, r.FetchFinished) and e.fetch in fetch_row:
                 enter(live.get(fetch_row.pop(e.fetch)), "resolver", at)
             elif isinstance(e, r.MapStall):
-                self.stalls.append((at, f"page {e.page}: {e.cause}"))
+                self.stalls.append((at, (e.map, e.page), stall_blame(e.report)))
             elif isinstance(e, r.LoopLag):
-                self.lags.append((at, f"loop lag {e.lag_ms:,.0f} ms"))
+                self.lags.append((at, f"lag {e.lag_ms:,.0f} ms"))
         for phase, since in rows.values():  # still in flight at the end
             self.phases[phase].add(since, self.t1)
         for held in slots.values():
@@ -166,6 +183,23 @@ class _Run:
         self.providers[provider].add(since, at)
 
 
+def _bar_length(span: float) -> float:
+    """A round interval (seconds) that cuts ``span`` into at most :data:`_BARS` bars."""
+    wanted = span / _BARS
+    if wanted < 1:
+        power = 10 ** math.floor(math.log10(wanted))
+        return float(next(m * power for m in (1, 2, 5, 10) if m * power >= wanted))
+    return float(next((n for n in _ROUND if n >= wanted), math.ceil(wanted / 3600) * 3600))
+
+
+def _length(seconds: float) -> str:
+    """``seconds`` in the unit that reads best: ``15 s``, ``2 min``, ``500 ms``."""
+    for unit, size in (("h", 3600.0), ("min", 60.0), ("s", 1.0)):
+        if seconds >= size:
+            return f"{_number(seconds / size)} {unit}"
+    return f"{_number(seconds * 1000)} ms"
+
+
 def _unit(span: float) -> tuple[str, float]:
     if span < 2:
         return "ms", 1000.0
@@ -176,11 +210,12 @@ def _unit(span: float) -> tuple[str, float]:
     return "h", 1 / 3600
 
 
-def _ticks(top: float, count: int = 6) -> list[float]:
-    """Round tick values from 0 to at least ``top`` (1, 2 or 5 times a power of ten apart)."""
+def _ticks(top: float, count: int = 6, whole: bool = False) -> list[float]:
+    """Round tick values from 0 to at least ``top`` (1, 2 or 5 times a power of ten apart;
+    ``whole``: at least 1 apart)."""
     if top <= 0:
         return [0.0, 1.0]
-    raw = top / count
+    raw = max(top / count, 1.0) if whole else top / count
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     return [step * i for i in range(math.ceil(top / step - 1e-9) + 1)]
@@ -214,9 +249,12 @@ class _Canvas:
     def x(self, at: float) -> float:
         return _LEFT + (at - self.run.t0) / self.run.span * _PLOT
 
-    def panel(self, top: float, height: float, title: str, ylabel: str, ymax: float) -> float:
-        """Frame, y ticks and labels of one panel; returns its y scale (pixels per unit)."""
-        ticks = _ticks(ymax, 4)
+    def panel(
+        self, top: float, height: float, title: str, ylabel: str, ymax: float, whole: bool = False
+    ) -> float:
+        """Frame, y ticks and labels of one panel; returns its y scale (pixels per unit).
+        ``whole``: the panel counts, its ticks are whole numbers."""
+        ticks = _ticks(ymax, 4, whole)
         scale = height / ticks[-1]
         self.parts.append(
             f'<rect x="{_LEFT}" y="{top}" width="{_PLOT}" height="{height}" '
@@ -283,15 +321,82 @@ class _Canvas:
             )
 
     def bars(self, top: float, height: float, counts: list[int], scale: float) -> None:
-        step = _PLOT / len(counts)
+        """One bar per ``run.bar`` seconds."""
+        run = self.run
         for index, count in enumerate(counts):
             if count:
                 h = count * scale
+                left = self.x(run.t0 + index * run.bar)
+                right = self.x(run.t0 + (index + 1) * run.bar)
                 self.parts.append(
-                    f'<rect x="{_LEFT + index * step + 0.5:.1f}" '
-                    f'y="{top + height - h:.1f}" width="{max(step - 1, 0.5):.1f}" '
+                    f'<rect x="{left + 0.5:.1f}" y="{top + height - h:.1f}" '
+                    f'width="{max(right - left - 1, 0.5):.1f}" '
                     f'height="{h:.1f}" fill="{_COMMITS}"/>'
                 )
+
+    def stall_lanes(
+        self,
+        top: float,
+        lanes: list[tuple[str, list[tuple[float, str, str]]]],
+        below: float,
+        bottom: float,
+    ) -> None:
+        """Panel 0: a lane per page, a tick per stall line, what it blames written above it.
+
+        A label is written above the tick where a lane's blame changes (the
+        first line, then each line that blames something else), starting at
+        the tick and cut to end before the next label of its lane; the last
+        one ends at its tick instead when there is more room to the left.
+        Each tick draws a dashed line from ``below`` (the top of panel 1) down
+        to ``bottom``.
+        """
+        height = _LANE * len(lanes)
+        parts = self.parts
+        parts.append(
+            f'<rect x="{_LEFT}" y="{top}" width="{_PLOT}" height="{height}" '
+            'fill="#fafafa" stroke="#999"/>'
+        )
+        title = "stall lines, by page, and the cause each names"
+        parts.append(_text(_LEFT, top - 6, title, 13, weight="bold"))
+        drawn: set[tuple[str, int]] = set()  # one dashed line per colour and pixel
+        for index, (name, marks) in enumerate(lanes):
+            y = top + index * _LANE
+            if index:
+                parts.append(
+                    f'<line x1="{_LEFT}" y1="{y}" x2="{_LEFT + _PLOT}" y2="{y}" stroke="#e3e3e3"/>'
+                )
+            parts.append(_text(_LEFT - 7, y + 18, name, 11, "end"))
+            labelled = [
+                (self.x(at), label, colour)
+                for n, (at, label, colour) in enumerate(marks)
+                if n == 0 or label != marks[n - 1][1]
+            ]
+            for at, _label, colour in marks:
+                x = self.x(at)
+                parts.append(
+                    f'<line x1="{x:.1f}" y1="{y + 15}" x2="{x:.1f}" y2="{y + _LANE - 2}" '
+                    f'stroke="{colour}" stroke-width="2.5"/>'
+                )
+                if (colour, round(x)) not in drawn:
+                    drawn.add((colour, round(x)))
+                    parts.append(
+                        f'<line x1="{x:.1f}" y1="{below}" x2="{x:.1f}" y2="{bottom}" '
+                        f'stroke="{colour}" stroke-width="1.2" stroke-dasharray="5,3" '
+                        'stroke-opacity="0.7"/>'
+                    )
+            end = float(_LEFT)  # where the lane's last label ends
+            for n, (x, label, colour) in enumerate(labelled):
+                right = labelled[n + 1][0] - 8 if n + 1 < len(labelled) else _WIDTH - 4
+                room, left_room = right - x, x - 8 - end
+                if n + 1 == len(labelled) and len(label) * _CHAR > room and left_room > room:
+                    text = _fit(label, left_room)
+                    if text:
+                        parts.append(_text(x + 1, y + 12, text, 11, "end", colour))
+                    continue
+                text = _fit(label, room)
+                if text:
+                    parts.append(_text(x - 1, y + 12, text, 11, colour=colour))
+                    end = x + len(text) * _CHAR
 
     def time_axis(self, y: float) -> None:
         run = self.run
@@ -327,21 +432,30 @@ class _Canvas:
             x += 32 + 7 * len(name)
 
 
-def _label_rows(marks: list[tuple[float, str, str]]) -> list[int]:
-    """A row for each mark's label (marks by x, in pixels) so that labels on a row never overlap."""
-    ends: list[float] = []
-    rows = []
-    for x, label, _ in marks:
-        width = 6.2 * len(label) + 8
-        for index, end in enumerate(ends):
-            if end < x:
-                ends[index] = x + width
-                rows.append(index)
-                break
-        else:
-            ends.append(x + width)
-            rows.append(len(ends) - 1)
-    return rows
+def _lanes(run: _Run) -> list[tuple[str, list[tuple[float, str, str]]]]:
+    """The stall lanes: a name, and its marks ``(at, label, colour)`` in order of time."""
+    pages = sorted({lane for _, lane, _ in run.stalls})
+    maps = {name for name, _ in pages}
+    names = {
+        lane: f"page {lane[1]:,}" if len(maps) == 1 else f"{lane[0]} p{lane[1]:,}" for lane in pages
+    }
+    if len(pages) > _LANES:  # the last lane holds the rest
+        rest = f"{len(pages) - _LANES + 1} more pages"
+        names.update({lane: rest for lane in pages[_LANES - 1 :]})
+    lanes: dict[str, list[tuple[float, str, str]]] = {names[lane]: [] for lane in pages}
+    for at, lane, blame in run.stalls:
+        lanes[names[lane]].append((at, blame, _STALL))
+    if run.lags:
+        lanes["event loop"] = [(at, label, _LAG) for at, label in run.lags]
+    return list(lanes.items())
+
+
+def _fit(label: str, room: float) -> str:
+    """``label`` cut (with an ellipsis) to ``room`` pixels; empty if not even a word fits."""
+    if len(label) * _CHAR <= room:
+        return label
+    keep = int(room / _CHAR) - 1
+    return label[:keep].rstrip(" ,:") + "…" if keep >= 6 else ""
 
 
 def render_timeline(events: Iterable[r.Event]) -> str:
@@ -351,13 +465,9 @@ def render_timeline(events: Iterable[r.Event]) -> str:
         raise ValueError("no events to draw")
     run = _Run(listed)
     canvas = _Canvas(run)
-    marks = sorted(
-        [(canvas.x(at), label[:90], "#d62728") for at, label in run.stalls]
-        + [(canvas.x(at), label, "#ff7f0e") for at, label in run.lags]
-    )
-    label_rows = _label_rows(marks)
-    band = 16 * (max(label_rows) + 1) if marks else 0
-    top = 70 + band
+    lanes = _lanes(run)
+    strip = _LANE * len(lanes)
+    top = 80 + (strip + 46 if lanes else 0)
     heights = (230, 110, 140)
     gap = 46
     tops = [top, top + heights[0] + gap, top + heights[0] + heights[1] + 2 * gap]
@@ -366,7 +476,7 @@ def render_timeline(events: Iterable[r.Event]) -> str:
     parts = canvas.parts
     parts.append(_text(_LEFT, 24, run.title, 15, weight="bold"))
     summary = (
-        f"{run.committed:,} rows committed over {run.span * canvas.scale:,.1f} "
+        f"{run.committed:,} rows committed over {(run.t1 - run.t0) * canvas.scale:,.1f} "
         f"{canvas.unit}; {len(run.stalls)} stall line(s)"
     )
     parts.append(_text(_LEFT, 44, summary, 12, colour="#555"))
@@ -376,16 +486,8 @@ def render_timeline(events: Iterable[r.Event]) -> str:
     scale = canvas.panel(tops[0], heights[0], "rows in flight, by phase", "rows", max(peak, 1))
     canvas.stacked(tops[0], heights[0], series, _PHASE_COLOURS, scale)
     # 2. commits per interval
-    interval = run.span / _BARS * canvas.scale
-    scale = canvas.panel(
-        tops[1],
-        heights[1],
-        f"rows committed per {_number(interval)} {canvas.unit}"
-        if interval >= 1
-        else f"rows committed per {interval:.3g} {canvas.unit}",
-        "rows",
-        max(max(run.commits), 1),
-    )
+    title = f"rows committed per {_length(run.bar)}"
+    scale = canvas.panel(tops[1], heights[1], title, "rows", max(max(run.commits), 1), True)
     canvas.bars(tops[1], heights[1], run.commits, scale)
     # 3. provider concurrency
     names = sorted(run.providers)
@@ -397,21 +499,15 @@ def render_timeline(events: Iterable[r.Event]) -> str:
     )
     canvas.lines(tops[2], heights[2], values, colours, scale)
     canvas.time_axis(bottom)
-    # stall and loop-lag marks, their labels in the band above the panels
-    for (x, label, colour), row in zip(marks, label_rows, strict=True):
-        y = 62 + 16 * row
-        parts.append(
-            f'<line x1="{x:.1f}" y1="{y + 3}" x2="{x:.1f}" y2="{bottom}" '
-            f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="5,3"/>'
-        )
-        parts.append(_text(x + 3, y, label, 11, colour=colour))
+    if lanes:
+        canvas.stall_lanes(80, lanes, tops[0], bottom)
     legend = [(p, c) for p, c in zip(PHASES, _PHASE_COLOURS, strict=True)]
     legend.append(("commits", _COMMITS))
     legend += [(f"provider {n}", c) for n, c in zip(names, colours, strict=True)]
     canvas.legend(
         total_height - 34,
         legend[:6],
-        [("stall line", "#d62728")] + ([("loop lag", "#ff7f0e")] if run.lags else []),
+        [("stall line", _STALL)] + ([("loop lag", _LAG)] if run.lags else []),
     )
     if legend[6:]:
         canvas.legend(total_height - 14, legend[6:], [])
