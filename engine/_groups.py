@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 import trio
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from types import TracebackType
 
 
@@ -55,6 +56,25 @@ def _raise_one(group: BaseExceptionGroup[BaseException]) -> NoReturn:
     # The others stay reachable through the group (as the context, when
     # the winner's own cause says more about why it happened).
     raise error from (error.__cause__ if error.__cause__ is not None else group)
+
+
+@trio.lowlevel.enable_ki_protection
+def start_soon(nursery: trio.Nursery, fn: Callable[..., Awaitable[object]], *args: object) -> None:
+    """``nursery.start_soon(fn, *args)``, protected from Ctrl-C.
+
+    Trio's own ``start_soon`` and ``start`` are not: a ``KeyboardInterrupt``
+    raised inside them, once the new task is registered and before it is
+    scheduled, leaves a task that never runs, and ``trio.run`` waits for it
+    for ever. Every task the engine starts goes through here or :func:`start`;
+    a Ctrl-C there is delivered at the next checkpoint instead.
+    """
+    nursery.start_soon(fn, *args)
+
+
+@trio.lowlevel.enable_ki_protection
+async def start(nursery: trio.Nursery, fn: Callable[..., Awaitable[object]]) -> None:
+    """``await nursery.start(fn)``, protected from Ctrl-C (see :func:`start_soon`)."""
+    await nursery.start(fn)
 
 
 class open_nursery:

@@ -330,3 +330,55 @@ async def test_plays_resolvers_and_tools_stay_interruptible() -> None:
     async with trioplay.open_runtime(store="memory://", tools=registry(t=tool)) as rt:
         await rt.run(play, {})
     assert protected == {"play": False, "step": False, "resolver": False, "tool": False}
+
+
+_SPAWN_MOMENTS = """
+import sys
+from pathlib import Path
+from tests.test_signals import _Interrupter, _small_cycle, _assert_interrupted_cleanly
+
+interrupter = _Interrupter()
+
+def trace(frame, event, arg):
+    caller = frame.f_back
+    if (
+        event == "call"
+        and frame.f_code.co_name == "_activate_cancel_status"
+        and caller is not None
+        and caller.f_code.co_name == "spawn_impl"
+    ):
+        interrupter.moment(frame)
+
+def traced(db):
+    sys.settrace(trace)
+    try:
+        _small_cycle(db)
+    finally:
+        sys.settrace(None)
+
+_assert_interrupted_cleanly(interrupter.each_moment(Path(sys.argv[1]), traced))
+print("clean")
+"""
+
+
+def test_ctrl_c_as_the_engine_starts_a_task_is_a_keyboard_interrupt(tmp_path: Path) -> None:
+    """Ctrl-C inside ``nursery.start_soon``, at each task the engine starts in a run.
+
+    Trio's ``start_soon`` is not protected: a ``KeyboardInterrupt`` raised in
+    it, after the task was registered and before it was scheduled, left a
+    task that never ran, and ``trio.run`` waited for it for ever. So this
+    runs in a process of its own, bounded.
+    """
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _SPAWN_MOMENTS, str(tmp_path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=_default_signals,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"a Ctrl-C as a task started hung the run: {exc.stderr!r}") from None
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("clean"), done.stdout

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 import attrs
 import trio
 
-from .._groups import open_nursery
+from .._groups import open_nursery, start_soon
 from ._common import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ async def cancel_on_signals(
             listened = _listened()
             if listened:  # none: not the main thread, or every signal ignored
                 signals = stack.enter_context(trio.open_signal_receiver(*listened))
-                nursery.start_soon(_watch, signals, interrupt, say)
+                start_soon(nursery, _watch, signals, interrupt, say)
             with interrupt.scope:
                 result = await body()
             nursery.cancel_scope.cancel()

@@ -29,7 +29,7 @@ from .._errors import (
     StoreError,
     format_error,
 )
-from .._groups import open_nursery
+from .._groups import open_nursery, start, start_soon
 from .._json import dumps
 from .._phase import enter_row, leave_row
 from .._records import PageLease, SheetRow
@@ -197,8 +197,8 @@ class _MapRun:
         error: Exception | None = None
         try:
             async with open_nursery() as nursery:
-                await nursery.start(self.writer.run)
-                nursery.start_soon(self._report_progress)
+                await start(nursery, self.writer.run)
+                start_soon(nursery, self._report_progress)
                 try:
                     await self._run_pages(opened.rows, opened.reread)
                 except Exception as exc:
@@ -290,7 +290,7 @@ class _MapRun:
                 return None if claim == "held" else _DONE
         assert isinstance(claim, PageLease)
         spawned = trio.Event()
-        pages.start_soon(self._run_page, plan.rows, claim, spawned)
+        start_soon(pages, self._run_page, plan.rows, claim, spawned)
         await trio.lowlevel.checkpoint()
         return spawned
 
@@ -331,8 +331,8 @@ class _MapRun:
             with self.writer.sender() as sender:
                 page = Page(offset, observer, sender)
                 async with open_nursery() as nursery:
-                    await nursery.start(observer.run)
-                    nursery.start_soon(self.pages.keep, lease, page, nursery.cancel_scope)
+                    await start(nursery, observer.run)
+                    start_soon(nursery, self.pages.keep, lease, page, nursery.cancel_scope)
                     async with open_nursery() as rows:
                         # Consume the plan as rows start: a finished row's data must
                         # not stay alive until its whole page ends.
@@ -355,8 +355,8 @@ class _MapRun:
                             page.outstanding += 1
                             if trace is not None:
                                 trace.add(RowAdmitted, self.name, offset, key)
-                            rows.start_soon(
-                                self._run_row, page, position, key, data, token, reserved
+                            start_soon(
+                                rows, self._run_row, page, position, key, data, token, reserved
                             )
                         page.spawning_done = True
                         spawned.set()

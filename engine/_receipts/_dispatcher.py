@@ -58,11 +58,12 @@ _execute <- _claims <- _dispatcher``.
 
 from __future__ import annotations
 
+import functools
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from .._errors import PlayDefinitionError, RunEnded
-from .._groups import open_nursery
+from .._groups import open_nursery, start, start_soon
 from .._json import canonical_json
 from .._keys import tool_receipt_key
 from .._phase import calling
@@ -110,6 +111,7 @@ class Dispatcher:
         self._trace = trace
         self.run_id = run_id
         self.ended = False  # set when open_dispatcher's block is left: calls raise RunEnded
+        spawn = functools.partial(start_soon, nursery)  # protected from Ctrl-C
         inflight = InFlight()
         self._settler = settler = _Settler(
             store, wall_clock, cleanup, inflight.deliver, governor.release, trace
@@ -132,7 +134,7 @@ class Dispatcher:
             owner=owner,
             limits=limits,
             now=wall_clock,
-            spawn=nursery.start_soon,
+            spawn=spawn,
             stats=self.stats,
             deliver=inflight.deliver,
             admit=executor.admit,
@@ -144,7 +146,7 @@ class Dispatcher:
         self._tools = tools
         self._governor = governor
         self._limits = limits
-        self._spawn = self.start_soon = nursery.start_soon
+        self._spawn = self.start_soon = spawn
         """``start_soon(fn, *args)``: a task in the run's nursery (the run's play runs there)."""
         self._inflight = inflight.calls
         self._follow = inflight.follow
@@ -326,7 +328,7 @@ async def open_dispatcher(
     on every call through the dispatcher raises :class:`RunEnded`.
     """
     async with open_nursery() as nursery:
-        nursery.start_soon(cleanup.watch)
+        start_soon(nursery, cleanup.watch)
         dispatcher = Dispatcher(
             store=store,
             governor=governor,
@@ -340,8 +342,8 @@ async def open_dispatcher(
             trace=trace,
             cleanup=cleanup,
         )
-        await nursery.start(dispatcher._settler.run)
-        await nursery.start(dispatcher._leases.run)
+        await start(nursery, dispatcher._settler.run)
+        await start(nursery, dispatcher._leases.run)
         try:
             yield dispatcher
         finally:
