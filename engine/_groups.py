@@ -1,4 +1,4 @@
-"""Exception-group policy.
+"""Exception-group policy, and starting tasks safely.
 
 Trio nurseries raise ``ExceptionGroup``s. Users of trioplay never see one:
 every nursery inside the engine is opened with :func:`open_nursery`, which
@@ -9,6 +9,9 @@ and stay reachable through the group: the winner's ``__cause__``, or its
 ``__context__`` when the winner has a cause of its own (a latch's store
 error, a fetch's transport error), which it keeps. A lone error keeps its
 own ``__cause__`` and is raised as if no nursery were involved.
+
+Every task the engine starts is started with :func:`start_soon` or
+:func:`start`, which are protected from Ctrl-C where Trio's own are not.
 """
 
 from __future__ import annotations
