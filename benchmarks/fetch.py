@@ -54,7 +54,7 @@ import trio
 
 import trioplay
 
-from .workload import machine, process_cpu_seconds, save_results, stamp
+from .workload import chosen, machine, process_cpu_seconds, save_results, stamp
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -263,10 +263,7 @@ def run(
     ``concurrency`` (64 for the target) is both the baseline's worker count
     and the play's ``max_concurrent_external_calls``.
     """
-    unknown = set(contenders) - set(CONTENDERS)
-    if unknown:
-        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
-    names = [name for name in CONTENDERS if name in contenders]
+    names = chosen(contenders, CONTENDERS)
     print(
         f"fetch: {requests:,} GETs to a local keep-alive server in another process, "
         f"{concurrency} in flight, best of {rounds} round(s)"

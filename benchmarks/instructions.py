@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import throughput
-from .workload import machine, save_results, stamp
+from .workload import chosen, machine, save_results, stamp
 
 DEFAULT_ROWS = 2_500
 DEFAULT_CONTENDERS = ("baseline-chunks", "floor-trio", "floor-sqlite", "memory", "sqlite")
@@ -78,9 +78,7 @@ def run(
             "instructions: valgrind is not installed (Debian: apt-get install valgrind);"
             " the timed benchmarks (throughput, compare) need nothing more"
         )
-    unknown = set(contenders) - set(throughput.KNOWN)
-    if unknown:
-        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {throughput.KNOWN}")
+    chosen(contenders, throughput.KNOWN)
     small = max(1, rows // 5)
     print(f"instructions: {small:,} and {rows:,} rows under callgrind, per row of the difference")
     started = time.time()

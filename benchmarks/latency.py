@@ -74,7 +74,15 @@ from trioplay._trace._records import (
 from trioplay.stores import open_store
 
 from . import plot, throughput
-from .workload import drop_schemas, machine, postgres_problem, postgres_url, save_results, stamp
+from .workload import (
+    chosen,
+    drop_schemas,
+    machine,
+    postgres_problem,
+    postgres_url,
+    save_results,
+    stamp,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -291,10 +299,7 @@ def run(
     quick: bool = False,
     save: bool = True,
 ) -> dict[str, Any]:
-    unknown = set(contenders) - set(CONTENDERS)
-    if unknown:
-        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
-    names = [name for name in CONTENDERS if name in contenders]
+    names = chosen(contenders, CONTENDERS)
     skipped: dict[str, str] = {}
     if any(name.startswith("postgres") for name in names):
         problem = postgres_problem()

@@ -68,6 +68,7 @@ import trio
 from . import throughput
 from .workload import (
     POSTGRES,
+    chosen,
     clean_env,
     expected_row,
     install_venv,
@@ -417,10 +418,7 @@ def run(
     quick: bool = False,
     save: bool = True,
 ) -> dict[str, Any]:
-    unknown = set(contenders) - set(CONTENDERS)
-    if unknown:
-        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
-    names = [name for name in CONTENDERS if name in contenders]
+    names = chosen(contenders, CONTENDERS)
     started = time.time()
     payload: dict[str, Any] = {
         "benchmark": "peers",

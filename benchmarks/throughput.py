@@ -66,6 +66,7 @@ from .workload import (
     DATASET,
     DirectTools,
     check_output,
+    chosen,
     drop_schemas,
     enrich_play,
     machine,
@@ -361,10 +362,7 @@ def run(
     ``contenders`` picks some of :data:`KNOWN` (say ``("sqlite",)`` to
     profile one); ratios are printed only when a baseline ran.
     """
-    unknown = set(contenders) - set(KNOWN)
-    if unknown:
-        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {', '.join(KNOWN)}")
-    names = [name for name in KNOWN if name in contenders]
+    names = chosen(contenders, KNOWN)
     if "postgres" in names and (problem := postgres_problem()) is not None:
         print(f"throughput: {problem}; skipping the postgres contender")
         names.remove("postgres")

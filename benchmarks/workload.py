@@ -288,6 +288,14 @@ def install_venv(venv: Path, requirements: Sequence[str]) -> str | None:
     )
 
 
+def chosen(contenders: Sequence[str], known: Sequence[str]) -> list[str]:
+    """The ``contenders`` asked for, in the order of ``known``; an unknown name is refused."""
+    unknown = set(contenders) - set(known)
+    if unknown:
+        raise ValueError(f"unknown contender(s) {sorted(unknown)}; known: {', '.join(known)}")
+    return [name for name in known if name in contenders]
+
+
 def stamp(seconds: float) -> str:
     """``seconds`` since the epoch as local ISO 8601 time (a result's ``started_at``)."""
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
