@@ -57,6 +57,20 @@ async def find_email(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
     return (await rc.tool("finder", {"domain": row["domain"]}))["email"]
 
 
+def finder_map(rows: int) -> Any:
+    """A play over ``rows`` domains whose one column calls ``finder``."""
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("finder", {"domain": row["domain"]})
+
+        domains = [{"domain": f"d{i}"} for i in range(rows)]
+        return await ctx.dataset("s", domains).with_column("x", resolver).run(key="domain")
+
+    return play
+
+
 class LocalHttpServer:
     """A tiny HTTP/1.1 server on 127.0.0.1 (port 0) that counts requests.
 

@@ -11,7 +11,7 @@ import trio.testing
 import trioplay
 from trioplay.stores.memory import MemoryStore
 
-from .support import registry
+from .support import finder_map, registry
 
 TTL = 10.0  # heartbeats every 5 s
 
@@ -216,3 +216,32 @@ async def test_a_caller_whose_lease_was_taken_over_gets_lease_lost(
     (receipt,) = await store.get_many(["k"])
     assert receipt is not None
     assert receipt.result_json == '{"by":"them"}'
+
+
+async def test_settled_calls_are_not_kept_alive_until_their_renewal_falls_due() -> None:
+    # The heartbeat watches each cohort until its renewal is due (lease_ttl / 2,
+    # 30 s by default), so it must not hold the cohort's calls once they have
+    # all settled: a run of a few seconds would keep every call it made (and
+    # its claim, cancel scope and row phase) alive to the end, and the cyclic
+    # garbage collector would scan them all again and again.
+    import gc
+
+    from trioplay._receipts._call import _Call
+
+    alive: list[int] = []
+
+    async def finder(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        if input["domain"] == "d390":
+            gc.collect()
+            alive.append(sum(type(o) is _Call for o in gc.get_objects()))
+        return {"ok": True}
+
+    async with trioplay.open_runtime(
+        store=MemoryStore(),
+        tools=registry(finder=finder),
+        limits=trioplay.Limits(max_concurrent_rows=4),
+    ) as rt:
+        await rt.run(finder_map(400), {}, run_id="r")
+    # Only the few calls in flight (4 rows) may be alive, not the 390 before.
+    assert len(alive) == 1
+    assert alive[0] <= 16, alive

@@ -12,7 +12,7 @@ import trio.testing
 import trioplay
 from trioplay.stores.memory import MemoryStore
 
-from .support import CountingTool, registry
+from .support import CountingTool, finder_map, registry
 
 
 class Clock:
@@ -250,20 +250,6 @@ async def test_lease_of_a_dead_local_process_is_taken_over_at_once(
     }
     assert trio.current_time() - start < 0.5
     assert tool.calls == 1
-
-
-def finder_map(rows: int) -> Any:
-    """A play over ``rows`` domains whose one column calls ``finder``."""
-
-    @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
-            return await rc.tool("finder", {"domain": row["domain"]})
-
-        domains = [{"domain": f"d{i}"} for i in range(rows)]
-        return await ctx.dataset("s", domains).with_column("x", resolver).run(key="domain")
-
-    return play
 
 
 class FailingCompletions(MemoryStore):

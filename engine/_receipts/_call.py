@@ -127,8 +127,14 @@ class _Call:
 
 @attrs.define(eq=False)
 class _Cohort:
-    """Calls claimed together: their leases are renewed together until all settle."""
+    """Calls claimed together: their leases are renewed together until all settle.
 
+    The last delivery empties ``calls``: the heartbeat keeps a cohort queued
+    until its renewal falls due (``lease_ttl / 2``), and must not keep its
+    settled calls alive that long.
+    """
+
+    calls: list[_Call]
     remaining: int  # calls not yet delivered
 
 
@@ -195,7 +201,10 @@ class InFlight:
             trio.lowlevel.reschedule(owner)
         cohort = call.cohort
         if cohort is not None:
+            call.cohort = None
             cohort.remaining -= 1
+            if not cohort.remaining:
+                cohort.calls = []
 
     def forget(self, call: _Call) -> None:
         """The key is no longer in flight: an identical call from now on claims again."""

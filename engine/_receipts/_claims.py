@@ -60,7 +60,7 @@ class Claimer:
         deliver: Callable[..., None],
         admit: Callable[[_Call], None],
         execute: Callable[[list[tuple[_Call, Claimed]], BatchFunction | None], Awaitable[None]],
-        watch: Callable[[list[_Call], _Cohort], None],
+        watch: Callable[[_Cohort], None],
         release_shielded: Callable[[list[Lease]], Awaitable[None]],
         trace: Recorder | None = None,
     ) -> None:
@@ -148,7 +148,7 @@ class Claimer:
         """Hand claimed calls to their owners (or native batch requests), as one cohort."""
         if not owned:
             return
-        cohort = _Cohort(len(owned))
+        cohort = _Cohort([call for call, _ in owned], len(owned))
         trace = self._trace
         for call, claim in owned:
             if trace is not None:
@@ -157,7 +157,7 @@ class Claimer:
             call.lease_id = claim.lease_id
             call.expires_at = claim.lease_expires_at
             call.cohort = cohort
-        self._watch([call for call, _ in owned], cohort)
+        self._watch(cohort)
         if spec is not None and spec.batch is not None:
             size = spec.batch_max or self._limits.tool_batch_max
             for start in range(0, len(owned), size):

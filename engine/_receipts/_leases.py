@@ -42,16 +42,16 @@ class Leases:
         self._lease_ttl = limits.lease_ttl
         self._interval = limits.lease_ttl / 2
         self._cleanup = cleanup
-        # Watched cohorts, oldest first: (when their renewal is due, calls, cohort).
-        self._watched: collections.deque[tuple[float, list[_Call], _Cohort]] = collections.deque()
+        # Watched cohorts, oldest first: (when their renewal is due, cohort).
+        self._watched: collections.deque[tuple[float, _Cohort]] = collections.deque()
         self._wakeup = trio.Event()  # a cohort was watched while none was
 
-    def watch(self, calls: list[_Call], cohort: _Cohort) -> None:
-        """Keep the leases of ``calls`` (claimed together) until they all settle."""
+    def watch(self, cohort: _Cohort) -> None:
+        """Keep the leases of ``cohort``'s calls (claimed together) until they all settle."""
         watched = self._watched
         if not watched:
             self._wakeup.set()
-        watched.append((trio.current_time() + self._interval, calls, cohort))
+        watched.append((trio.current_time() + self._interval, cohort))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The run's heartbeat: renew each watched cohort's leases every ``lease_ttl / 2``.
@@ -68,22 +68,22 @@ class Leases:
                 await self._wakeup.wait()
                 self._wakeup = trio.Event()
                 continue
-            due, _, cohort = watched[0]
+            due, cohort = watched[0]
             if not cohort.remaining:
                 watched.popleft()
                 continue
             await trio.sleep_until(due)
             now = trio.current_time()
-            renewing: list[tuple[list[_Call], _Cohort]] = []
+            renewing: list[_Cohort] = []
             while watched and watched[0][0] <= now:
-                _, calls, cohort = watched.popleft()
+                _, cohort = watched.popleft()
                 if cohort.remaining:
-                    renewing.append((calls, cohort))
-            await self._renew([call for calls, _ in renewing for call in calls])
+                    renewing.append(cohort)
+            await self._renew([call for cohort in renewing for call in cohort.calls])
             due = trio.current_time() + self._interval
-            for calls, cohort in renewing:
-                if cohort.remaining and any(call.state is CLAIMED for call in calls):
-                    watched.append((due, calls, cohort))
+            for cohort in renewing:
+                if cohort.remaining and any(call.state is CLAIMED for call in cohort.calls):
+                    watched.append((due, cohort))
 
     async def _renew(self, calls: list[_Call]) -> None:
         """Renew the leases of ``calls`` in one store call.
