@@ -94,7 +94,7 @@ def _scaling(args: argparse.Namespace) -> Any:
 
 def _scaling_latency(args: argparse.Namespace) -> Any:
     rows = args.rows or (QUICK_SCALING_LATENCY_ROWS if args.quick else scaling.LATENCY_ROWS)
-    stores = ("postgres", "postgres-poll")
+    stores = ("postgres", "postgres-page-1s")
     return scaling.run(rows, save=args.save, latency=scaling.LATENCY, stores=stores)
 
 

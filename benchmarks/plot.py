@@ -93,11 +93,11 @@ def scaling_series(result: dict[str, Any]) -> tuple[list[Series], str]:
             False,
         ),
     ]
-    polled = result["results"].get("postgres-poll")
+    polled = result["results"].get("postgres-page-1s")
     if polled:
         series.append(
             (
-                f"from go, receipt_wait_delay=0.1 s, x{polled[-1]['scaling_from_go']:.2f}",
+                f"from go, page_wait_delay=1 s (as it was), x{polled[-1]['scaling_from_go']:.2f}",
                 [(run["processes"], run["rows_per_s_from_go"]) for run in polled],
                 COLOURS["poll"],
                 False,

@@ -29,11 +29,12 @@ Two variants:
   pages of 250 (16 pages, so every process has whole pages to take), on
   PostgreSQL only: latency-bound, so every process adds rows in flight and
   the bound is N times one process (target: 4 processes at least 3.6 times
-  one). Twice: ``postgres`` with the default ``receipt_wait_delay`` (1 s),
-  and ``postgres-poll`` with 0.1 s. A process that has run every page it
+  one). Twice: ``postgres`` with the defaults, and ``postgres-page-1s``
+  with ``page_wait_delay=1.0``, what the poll was before it had a setting of
+  its own (``receipt_wait_delay``). A process that has run every page it
   could take waits for its peers' pages to be done before its run returns
   (the map's result counts every row), asking after each held page every
-  ``receipt_wait_delay``; in a run of a few seconds that poll is a visible
+  ``page_wait_delay``; in a run of a few seconds a slow poll is a visible
   part of the time.
 """
 
@@ -61,7 +62,7 @@ LATENCY_ROWS = 4_000
 LATENCY = 0.1
 LATENCY_IN_FLIGHT = 64
 LATENCY_TARGET = 3.6  # 4 processes against one, latency-bound
-POLL_DELAY = 0.1  # postgres-poll: receipt_wait_delay, how often a process asks after a peer's page
+SLOW_PAGE_WAIT = 1.0  # postgres-page-1s: page_wait_delay as it was (receipt_wait_delay)
 
 
 def latency_page_size(rows: int, in_flight: int) -> int:
@@ -79,7 +80,7 @@ def child(
             max_concurrent_rows=in_flight,
             max_concurrent_external_calls=2 * in_flight,
             page_size=latency_page_size(rows, in_flight),
-            receipt_wait_delay=wait_delay or trioplay.Limits().receipt_wait_delay,
+            page_wait_delay=wait_delay or trioplay.Limits().page_wait_delay,
         )
 
     async def main() -> None:
@@ -199,7 +200,7 @@ def run(
                     else:
                         schemas.append(f"{schema}_{kind.replace('-', '_')}_{processes}")
                         store = workload.postgres_url(schemas[-1])
-                    wait_delay = POLL_DELAY if kind == "postgres-poll" else 0.0
+                    wait_delay = SLOW_PAGE_WAIT if kind == "postgres-page-1s" else 0.0
                     result = _one(store, processes, rows, latency, in_flight, wait_delay)
                     results[kind].append(result)
                     first = results[kind][0]

@@ -86,6 +86,7 @@ class Limits:
     lease_ttl: float = _field(60.0, SECONDS)
     receipt_wait_delay: float = _field(1.0, SECONDS)
     receipt_wait_attempts: int = _field(300, COUNT)
+    page_wait_delay: float = _field(0.1, SECONDS)
     fetch_max_body_bytes: int = _field(10 * MiB, COUNT)
     fetch_retry_attempts: int = _field(3, COUNT)
     fetch_retry_delay: float = _field(0.1, SECONDS_OR_ZERO)

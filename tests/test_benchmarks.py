@@ -85,7 +85,7 @@ def test_scaling_latency_shares_one_run_between_processes() -> None:
     assert "rows per process [512]" in out, out
     assert "rows per process [128, 128, 128, 128]" in out, out
     assert "target (postgres): 4 processes >= 3.6x one" in out
-    assert "target (postgres-poll): 4 processes >= 3.6x one" in out
+    assert "target (postgres-page-1s): 4 processes >= 3.6x one" in out
 
 
 @pytest.mark.postgres

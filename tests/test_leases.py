@@ -11,7 +11,7 @@ import trio.testing
 import trioplay
 from trioplay.stores.memory import MemoryStore
 
-from .support import finder_map, registry
+from .support import CountingTool, finder_map, registry
 
 TTL = 10.0  # heartbeats every 5 s
 
@@ -245,3 +245,42 @@ async def test_settled_calls_are_not_kept_alive_until_their_renewal_falls_due() 
     # Only the few calls in flight (4 rows) may be alive, not the 390 before.
     assert len(alive) == 1
     assert alive[0] <= 16, alive
+
+
+@pytest.mark.deadline(5000)
+@pytest.mark.parametrize(("limits", "noticed_within"), [({}, 0.1), ({"page_wait_delay": 0.5}, 0.5)])
+async def test_a_page_a_peer_finishes_is_noticed_within_page_wait_delay(
+    autojump_clock: trio.testing.MockClock, limits: dict[str, float], noticed_within: float
+) -> None:
+    # A process that has run its own pages waits for the pages a live peer
+    # holds before its map returns. It must notice the peer's finish within
+    # page_wait_delay (0.1 s by default), not a receipt wait's 1 s: at the end
+    # of a run shared by several processes that poll was a fifth of the time.
+    store = MemoryStore()
+    finished_at: list[float] = []
+
+    async def peer() -> None:
+        claim = await store.claim_page(
+            "r", "s", 0, owner="elsewhere/1/1", lease_ttl=60.0, now=trio.current_time()
+        )
+        assert claim.lease_id is not None
+        await trio.sleep(3.33)
+        lease = trioplay.PageLease("r", "s", 0, claim.lease_id)
+        await store.finish_page(lease, attempt=1, failed=0, now=trio.current_time())
+        finished_at.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer)
+        await trio.testing.wait_all_tasks_blocked()
+        async with trioplay.open_runtime(
+            store=store,
+            tools=registry(finder=CountingTool()),
+            limits=trioplay.Limits(page_size=10, **limits),
+            wall_clock=trio.current_time,
+        ) as rt:
+            await rt.run(finder_map(40), {}, run_id="r")
+            returned_at = trio.current_time()
+    assert finished_at
+    # The peer wrote no sheet rows, so the page's rows run here after it is
+    # noticed: one writer flush (writer_max_flush, 0.1 s) more.
+    assert finished_at[0] < returned_at <= finished_at[0] + noticed_within + 0.1 + 0.01

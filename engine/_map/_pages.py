@@ -89,12 +89,16 @@ class PageLeases:
             return claim.status
 
     async def wait_for(self, offset: int) -> PageLease | Literal["done"]:
-        """Wait while a live peer holds a page: until it is done or its lease runs out."""
+        """Wait while a live peer holds a page: until it is done or its lease runs out.
+
+        Polled every ``page_wait_delay``: the map returns only once the page
+        is done, so a slow poll is time added to the end of every shared run.
+        """
         while True:
             claim = await self.claim(offset)
             if claim != "held":
                 return claim
-            await trio.sleep(self.limits.receipt_wait_delay)
+            await trio.sleep(self.limits.page_wait_delay)
 
     async def keep(self, lease: PageLease, page: Page, scope: trio.CancelScope) -> None:
         """Renew a page lease every ``lease_ttl / 2``; give the page up if it is gone.
