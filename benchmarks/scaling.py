@@ -134,6 +134,7 @@ def _one(
             proc.kill()
             raise RuntimeError(f"a worker did not start: {line!r}\n{proc.communicate()[1]}")
     go = time.time()
+    busy, every = workload.machine_cpu_times()
     for proc in procs:
         assert proc.stdin is not None
         proc.stdin.write("go\n")
@@ -144,6 +145,7 @@ def _one(
         if proc.returncode != 0:
             raise RuntimeError(f"a worker failed:\n{err}")
         outputs.append(json.loads(out.strip().splitlines()[-1]))
+    busy_after, every_after = workload.machine_cpu_times()
     seconds = time.perf_counter() - started
     from_go = max(o["ended"] for o in outputs) - go
     completed = sum(o["completed"] for o in outputs)
@@ -162,6 +164,9 @@ def _one(
         "per_process": [o["completed"] for o in outputs],
         "per_process_seconds_from_go": [o["ended"] - go for o in outputs],
         "per_process_cpu_s": [o["cpu"] for o in outputs],
+        # How much of the machine's cores were busy from go to the last exit
+        # (every process: the workers, the server, anything else running).
+        "machine_busy_share": (busy_after - busy) / max(every_after - every, 1e-9),
     }
 
 
@@ -217,7 +222,8 @@ def run(
                         f" {result['per_process']}, each done after"
                         f" {', '.join(f'{t:.2f}' for t in result['per_process_seconds_from_go'])} s"
                         f" using {', '.join(f'{t:.2f}' for t in result['per_process_cpu_s'])} s"
-                        " CPU"
+                        " CPU; the machine's cores"
+                        f" {100 * result['machine_busy_share']:.0f}% busy"
                     )
         finally:
             if schemas:

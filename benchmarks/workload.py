@@ -198,6 +198,19 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu_times() -> tuple[float, float]:
+    """The whole machine's (busy, all) CPU seconds so far, summed over its cores (``/proc/stat``).
+
+    Two readings bracket a stretch of time: ``busy`` grew by how much of
+    the cores every process together used (the PostgreSQL server included).
+    """
+    with open("/proc/stat") as stat:
+        fields = [int(field) for field in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
 def drop_schemas(schemas: Sequence[str]) -> None:
     """Drop the benchmark's schemas (those that exist), saying which could not be."""
     import psycopg
