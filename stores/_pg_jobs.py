@@ -173,8 +173,55 @@ def _claim_many(
     owner: str,
     lease_ttl: float,
     now: float,
+    fresh: bool,
     conn: _Conn,
-) -> list[ClaimOutcome]:
+) -> tuple[list[ClaimOutcome], bool]:
+    """Claim ``requests``, each key atomically; also answers whether the next batch tries
+    ``fresh``.
+
+    With ``fresh`` (and no key repeated), the batch first takes every key
+    for new: :func:`decide_claims` claims a key with no receipt whatever the
+    request says, so one ``INSERT ... ON CONFLICT DO NOTHING`` in autocommit
+    writes exactly those claims, in one round trip, with no read, no
+    transaction and no pipeline (8 new keys cost 2.2 times the client CPU
+    of a ``SELECT 1`` round trip that way, 5.6 times the general way: see
+    docs/benchmarks.md, "PostgreSQL claims"). The keys it skipped have a receipt; they take
+    the general way (:func:`_claim_stored`), and so does every following
+    batch, sparing it an insert bound to fail, until a batch finds none of
+    its keys stored. A claim is atomic per key, never per batch, so keeping
+    the new keys' claims while the others are decided is what a claim is.
+    """
+    if fresh and len({request.key for request in requests}) == len(requests):
+        outcomes, claimed = decide_claims(requests, {}, owner=owner, lease_ttl=lease_ttl, now=now)
+        columns = [list(column) for column in zip(*map(_receipt_row, claimed), strict=True)]
+        commit_point()  # one INSERT in autocommit mode: it commits as it runs
+        inserted = {key for (key,) in conn.execute(sql.insert_new, columns).fetchall()}
+        committed()
+        _analyze_if_grown(sql, growth, "receipts", len(inserted), conn)
+        if len(inserted) == len(requests):
+            return outcomes, True
+        stored = [request for request in requests if request.key not in inserted]
+        decided = iter(_claim_stored(sql, growth, stored, owner, lease_ttl, now, conn)[0])
+        merged = [
+            outcome if request.key in inserted else next(decided)
+            for request, outcome in zip(requests, outcomes, strict=True)
+        ]
+        return merged, False
+    outcomes, found = _claim_stored(sql, growth, requests, owner, lease_ttl, now, conn)
+    return outcomes, not found
+
+
+def _claim_stored(
+    sql: _Sql,
+    growth: _Growth,
+    requests: list[ClaimRequest],
+    owner: str,
+    lease_ttl: float,
+    now: float,
+    conn: _Conn,
+) -> tuple[list[ClaimOutcome], bool]:
+    """The general way of a claim: read, decide, lock and upsert; and whether any key was
+    stored."""
     keys = sorted({request.key for request in requests})
     for attempt in count(1):
         # A plain read first: a batch that claims nothing (replays, keys held
@@ -185,7 +232,7 @@ def _claim_many(
             requests, stored, owner=owner, lease_ttl=lease_ttl, now=now
         )
         if not claimed:
-            return outcomes
+            return outcomes, bool(stored)
         existing = sorted(receipt.key for receipt in claimed if receipt.key in stored)
         try:
             # Pipelined: BEGIN travels with the locking read, the write with COMMIT.
@@ -214,7 +261,7 @@ def _claim_many(
             continue
         committed()  # the pipeline's sync confirmed the COMMIT
         _analyze_if_grown(sql, growth, "receipts", len(claimed) - len(existing), conn)
-        return outcomes
+        return outcomes, bool(stored)
     raise AssertionError("unreachable")
 
 

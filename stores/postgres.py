@@ -204,6 +204,7 @@ class PostgresStore:
         self._cancel_timeout = cancel_timeout
         self._url = _display_url(params, schema)
         self._growth = _Growth()
+        self._fresh_claims = True  # the next claim takes its keys for new first (_claim_many)
         self._pool: _Pool | None = None
 
     @classmethod
@@ -382,8 +383,10 @@ class PostgresStore:
             owner,
             float(lease_ttl),
             float(now),
+            self._fresh_claims,
         )
-        return await self._call("claim_many", work)
+        outcomes, self._fresh_claims = await self._call("claim_many", work)
+        return outcomes
 
     async def heartbeat_many(
         self, leases: Sequence[Lease], *, lease_ttl: float, now: float

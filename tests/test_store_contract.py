@@ -1195,26 +1195,25 @@ async def _agree_with_memory(
     return store, statements
 
 
-async def test_sqlite_claims_of_new_keys_mixed_with_stored_ones(tmp_path: Path) -> None:
+async def mixed_batch(store: Store) -> list[Any]:
+    """One claim of new keys among completed, failed, live, expired and released ones."""
     stored_keys = ("completed", "failed", "live", "expired", "released")
     keys = ["new-1", "completed", "live", "new-2", "expired", "failed", "released", "new-3"]
+    first = [
+        await claim_one(store, k, now=NOW - TTL if k == "expired" else NOW) for k in stored_keys
+    ]
+    by_key = {c.key: c for c in first}
+    await store.complete_many([Completion("completed", by_key["completed"].lease_id, "1")], now=NOW)
+    await store.fail_many([Failure("failed", by_key["failed"].lease_id, "e")], now=NOW)
+    await store.release_many([Lease("released", by_key["released"].lease_id)], now=NOW)
+    outcomes = await claim(store, *[req(k) for k in keys], owner="w2", now=NOW + 1)
+    kinds = [type(o).__name__ for o in outcomes]
+    assert kinds == "Claimed Settled Held Claimed Claimed Settled Claimed Claimed".split()
+    return [*first, *outcomes, *await store.get_many(keys)]
 
-    async def scenario(store: Store) -> list[Any]:
-        first = [
-            await claim_one(store, k, now=NOW - TTL if k == "expired" else NOW) for k in stored_keys
-        ]
-        by_key = {c.key: c for c in first}
-        await store.complete_many(
-            [Completion("completed", by_key["completed"].lease_id, "1")], now=NOW
-        )
-        await store.fail_many([Failure("failed", by_key["failed"].lease_id, "e")], now=NOW)
-        await store.release_many([Lease("released", by_key["released"].lease_id)], now=NOW)
-        outcomes = await claim(store, *[req(k) for k in keys], owner="w2", now=NOW + 1)
-        kinds = [type(o).__name__ for o in outcomes]
-        assert kinds == "Claimed Settled Held Claimed Claimed Settled Claimed Claimed".split()
-        return [*first, *outcomes, *await store.get_many(keys)]
 
-    store, statements = await _agree_with_memory(tmp_path, scenario)
+async def test_sqlite_claims_of_new_keys_mixed_with_stored_ones(tmp_path: Path) -> None:
+    store, statements = await _agree_with_memory(tmp_path, mixed_batch)
     # Each first claim inserted its new key at once; the mixed batch fell back.
     assert _fresh_tries(statements) == ["insert"] * 6 + ["rollback"]
     assert not store._fresh_claims
@@ -1376,3 +1375,50 @@ async def test_memory_and_postgres_agree(
 def empty_receipts(schema: str) -> None:
     with psycopg.connect(DSN, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'TRUNCATE "{schema}".receipts')
+
+
+@pytest.mark.postgres
+async def test_postgres_claims_of_new_keys_mixed_with_stored_ones(postgres_schema: str) -> None:
+    # The first claims take their keys for new (one INSERT each); the mixed
+    # batch keeps the new keys that insert claimed and decides the others the
+    # general way, in request order, as the memory store does.
+    store = PostgresStore(DSN, schema=postgres_schema, pool_size=1)
+    await store.open()
+    try:
+        answers = await mixed_batch(store)
+        assert not store._fresh_claims  # the batch found stored keys
+    finally:
+        await store.aclose()
+    assert _numbered(answers) == _numbered(await mixed_batch(MemoryStore()))
+    with psycopg.connect(DSN, autocommit=True, connect_timeout=5) as conn:
+        (attempts,) = conn.execute(
+            f'SELECT attempts FROM "{postgres_schema}".receipts WHERE key = %s', ("new-2",)
+        ).fetchone()  # type: ignore[misc]
+    assert attempts == 1
+
+
+@pytest.mark.postgres
+async def test_postgres_a_replay_skips_the_fresh_path_until_keys_are_new_again(
+    postgres_schema: str,
+) -> None:
+    store = PostgresStore(DSN, schema=postgres_schema, pool_size=1)
+    await store.open()
+    try:
+
+        async def batch(*keys: str) -> tuple[list[type], bool]:
+            outcomes = await claim(store, *[req(k) for k in keys])
+            done = [Completion(o.key, o.lease_id, "1") for o in outcomes if isinstance(o, Claimed)]
+            assert all(await store.complete_many(done, now=NOW))
+            return [type(o) for o in outcomes], store._fresh_claims
+
+        assert await batch("a", "b") == ([Claimed, Claimed], True)
+        # A replay: the insert claims nothing, and the next batches go the general way.
+        assert await batch("a", "b") == ([Settled, Settled], False)
+        assert await batch("b", "a") == ([Settled, Settled], False)
+        assert await batch("a", "c") == ([Settled, Claimed], False)
+        # A batch of new keys, taken the general way, turns the fresh path back on.
+        assert await batch("d", "e") == ([Claimed, Claimed], True)
+        assert await batch("f", "f", "g") == ([Claimed, Held, Claimed], True)
+        assert await store.count_receipts("run-1") == {"completed": 7}
+    finally:
+        await store.aclose()
