@@ -32,6 +32,7 @@ from . import (
     plot,
     scaling,
     sigint_trials,
+    store_calls,
     throughput,
 )
 
@@ -123,6 +124,11 @@ def _peers(args: argparse.Namespace) -> Any:
     )
 
 
+def _store_calls(args: argparse.Namespace) -> Any:
+    calls = args.rounds or (store_calls.QUICK_CALLS if args.quick else store_calls.DEFAULT_CALLS)
+    return store_calls.run(keys=args.rows or store_calls.DEFAULT_KEYS, calls=calls, save=args.save)
+
+
 def _plot(args: argparse.Namespace) -> Any:
     return plot.run()
 
@@ -154,6 +160,10 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "peers": (
         _peers,
         "trioplay vs DBOS Transact (SQLite), and the PostgreSQL thread vs trio-asyncio bridge",
+    ),
+    "store-calls": (
+        _store_calls,
+        "CPU and wall time of one store call by operation (sqlite, postgres)",
     ),
     "plot": (_plot, "docs/img/latency-scaling.svg from the newest latency and scaling-latency"),
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),

@@ -183,9 +183,9 @@ def _claim_many(
     for new: :func:`decide_claims` claims a key with no receipt whatever the
     request says, so one ``INSERT ... ON CONFLICT DO NOTHING`` in autocommit
     writes exactly those claims, in one round trip, with no read, no
-    transaction and no pipeline (8 new keys cost 2.2 times the client CPU
-    of a ``SELECT 1`` round trip that way, 5.6 times the general way: see
-    docs/benchmarks.md, "PostgreSQL claims"). The keys it skipped have a receipt; they take
+    transaction and no pipeline (for 8 new keys, half the client CPU, wall
+    time and server CPU of the general way: docs/benchmarks.md, "PostgreSQL
+    claims"). The keys it skipped have a receipt; they take
     the general way (:func:`_claim_stored`), and so does every following
     batch, sparing it an insert bound to fail, until a batch finds none of
     its keys stored. A claim is atomic per key, never per batch, so keeping

@@ -183,3 +183,16 @@ PLOT_INPUT: dict[str, Any] = {
         },
     },
 }
+
+
+@pytest.mark.postgres
+def test_store_calls_times_every_operation_on_both_stores() -> None:
+    require_postgres()
+    out = _bench("store-calls", "--quick", timeout=120).stdout
+    for store, operations in (
+        ("sqlite", ("claim", "complete", "sheet", "replay")),
+        ("postgres", ("claim", "complete", "sheet", "replay", "select 1")),
+    ):
+        for operation in operations:
+            assert f"  {store:8} {operation:9} cpu " in out, (store, operation, out)
+    assert "server cpu" in out
