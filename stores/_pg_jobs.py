@@ -193,9 +193,9 @@ def _claim_many(
     """
     if fresh and len({request.key for request in requests}) == len(requests):
         outcomes, claimed = decide_claims(requests, {}, owner=owner, lease_ttl=lease_ttl, now=now)
-        columns = [list(column) for column in zip(*map(_receipt_row, claimed), strict=True)]
         commit_point()  # one INSERT in autocommit mode: it commits as it runs
-        inserted = {key for (key,) in conn.execute(sql.insert_new, columns).fetchall()}
+        rows = conn.execute(sql.insert_new, _receipt_columns(claimed)).fetchall()
+        inserted = {key for (key,) in rows}
         committed()
         _analyze_if_grown(sql, growth, "receipts", len(inserted), conn)
         if len(inserted) == len(requests):
@@ -246,9 +246,7 @@ def _claim_stored(
                         requests, stored, owner=owner, lease_ttl=lease_ttl, now=now
                     )
                 if claimed:
-                    columns = [
-                        list(column) for column in zip(*map(_receipt_row, claimed), strict=True)
-                    ]
+                    columns = _receipt_columns(claimed)
                     written = conn.execute(sql.upsert_claimed, (*columns, existing)).fetchall()
                     if len(written) != len(claimed):
                         raise _Contended(
@@ -422,6 +420,11 @@ def _receipt_row(r: Receipt) -> tuple[Any, ...]:
         r.updated_at,
         r.completed_at,
     )
+
+
+def _receipt_columns(receipts: Iterable[Receipt]) -> list[list[Any]]:
+    """The rows of ``receipts`` as one list per column, for ``unnest``."""
+    return [list(column) for column in zip(*map(_receipt_row, receipts), strict=True)]
 
 
 def _leases(items: Iterable[Lease | Completion | Failure]) -> list[tuple[str, str]]:
