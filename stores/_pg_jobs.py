@@ -185,11 +185,11 @@ def _claim_many(
     writes exactly those claims, in one round trip, with no read, no
     transaction and no pipeline (for 8 new keys, half the client CPU, wall
     time and server CPU of the general way: docs/benchmarks.md, "PostgreSQL
-    claims"). The keys it skipped have a receipt; they take
-    the general way (:func:`_claim_stored`), and so does every following
-    batch, sparing it an insert bound to fail, until a batch finds none of
-    its keys stored. A claim is atomic per key, never per batch, so keeping
-    the new keys' claims while the others are decided is what a claim is.
+    claims"). The keys it skipped have a receipt; they take the general way
+    (:func:`_claim_stored`), and so does every following batch, sparing it
+    an insert bound to fail, until a batch finds none of its keys stored. A
+    claim is atomic per key, never per batch, so keeping the new keys'
+    claims while the others are decided is what a claim is.
     """
     if fresh and len({request.key for request in requests}) == len(requests):
         outcomes, claimed = decide_claims(requests, {}, owner=owner, lease_ttl=lease_ttl, now=now)

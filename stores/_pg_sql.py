@@ -126,14 +126,6 @@ class _Sql:
         # Keys we locked are updated; a key we saw absent but that another
         # transaction inserted since is left alone and not returned: the claim
         # is then retried on a fresh snapshot.
-        # A batch of keys taken for new (see _pg_jobs._claim_many): the rows
-        # of keys that have a receipt already are skipped, not returned.
-        self.insert_new = f"""
-            INSERT INTO {s}.receipts ({RECEIPT_COLUMNS})
-            SELECT * FROM unnest({_arrays(_RECEIPT_TYPES)})
-            ON CONFLICT (key) DO NOTHING
-            RETURNING key
-        """
         updates = ", ".join(f"{c} = excluded.{c}" for c in RECEIPT_FIELDS[1:])
         self.upsert_claimed = f"""
             INSERT INTO {s}.receipts AS r ({RECEIPT_COLUMNS})
@@ -141,6 +133,14 @@ class _Sql:
             ON CONFLICT (key) DO UPDATE SET {updates}
             WHERE r.key = ANY(%b::text[])
             RETURNING r.key
+        """
+        # A batch of keys taken for new (see _pg_jobs._claim_many): the rows
+        # of keys that have a receipt already are skipped, not returned.
+        self.insert_new = f"""
+            INSERT INTO {s}.receipts ({RECEIPT_COLUMNS})
+            SELECT * FROM unnest({_arrays(_RECEIPT_TYPES)})
+            ON CONFLICT (key) DO NOTHING
+            RETURNING key
         """
         fenced = f"""
             UPDATE {s}.receipts AS r SET {{}}
