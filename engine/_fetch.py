@@ -346,6 +346,29 @@ class Fetcher:
         with trio.move_on_after(self._limits.cleanup_timeout, shield=True):
             await self._client.__aexit__(exc_type, exc_value, traceback)
 
+    def prepare(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        headers: Mapping[str, HeaderValue] | None = None,
+        json: Any = None,
+        content: bytes | str | None = None,
+        auth: Secret | None = None,
+    ) -> _Outgoing:
+        """The request :meth:`fetch` would send (checked, before any I/O), for :meth:`send`.
+
+        Remembers the request's secrets for :meth:`redact`: call it before
+        deciding whether to fetch or to replay a receipt (its ``identity()``
+        is :func:`request_identity`'s), so that a run that only replays still
+        redacts the secrets its play passed.
+        """
+        outgoing = _prepare(
+            url, method=method, headers=headers, json=json, content=content, auth=auth
+        )
+        self._remember(headers, auth)
+        return outgoing
+
     def request_identity(
         self,
         url: str,
@@ -356,16 +379,10 @@ class Fetcher:
         content: bytes | str | None = None,
         auth: Secret | None = None,
     ) -> dict[str, Any]:
-        """:func:`request_identity`, and remember the request's secrets for :meth:`redact`.
-
-        Call it before deciding whether to fetch or to replay a receipt: a run
-        that only replays still redacts the secrets its play passed.
-        """
-        outgoing = _prepare(
+        """:func:`request_identity`, and remember the request's secrets for :meth:`redact`."""
+        return self.prepare(
             url, method=method, headers=headers, json=json, content=content, auth=auth
-        )
-        self._remember(headers, auth)
-        return outgoing.identity()
+        ).identity()
 
     def redact(self, text: str) -> str:
         """``text`` with every secret value this fetcher has seen replaced by ``[REDACTED]``."""
@@ -398,10 +415,15 @@ class Fetcher:
         ``__cause__``), a body over ``fetch_max_body_bytes`` or too many
         redirects. ``ValueError``/``TypeError`` for malformed arguments.
         """
-        outgoing = _prepare(
+        outgoing = self.prepare(
             url, method=method, headers=headers, json=json, content=content, auth=auth
         )
-        self._remember(headers, auth)
+        return await self.send(outgoing, timeouts=timeouts)
+
+    async def send(
+        self, outgoing: _Outgoing, *, timeouts: FetchTimeouts | None = None
+    ) -> FetchResponse:
+        """:meth:`fetch` of a request :meth:`prepare` made (parsed and checked once)."""
         deadlines = _Deadlines.start(timeouts or self._timeouts)
         trace = self._trace
         if trace is None:

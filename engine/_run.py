@@ -115,7 +115,8 @@ class RunServices:
 
         self.receipts.raise_if_ended()  # before the runtime's client is opened for nothing
         fetcher = await self.fetcher()
-        identity = fetcher.request_identity(
+        # Parsed and checked once: its identity keys the receipt, and it is what is sent.
+        outgoing = fetcher.prepare(
             url, method=method, headers=headers, json=json, content=content, auth=auth
         )
 
@@ -125,22 +126,14 @@ class RunServices:
             if row is not None:
                 row.enter("fetch")
             try:
-                response = await fetcher.fetch(
-                    url,
-                    method=method,
-                    headers=headers,
-                    json=json,
-                    content=content,
-                    auth=auth,
-                    timeouts=timeouts,
-                )
+                response = await fetcher.send(outgoing, timeouts=timeouts)
             finally:
                 if row is not None:
                     row.enter("resolver")
             return response.to_record()
 
         name = f"{method.upper()} {fetcher.redact(url)}"
-        key = fetch_receipt_key(self.run_id, identity)
+        key = fetch_receipt_key(self.run_id, outgoing.identity())
         record = await self.receipts.run_effect(
             operation="fetch",
             name=name,
