@@ -54,6 +54,8 @@ def test_a_failed_map_counts_the_failed_rows_it_stored(tmp_path: Path) -> None:
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1
     assert errors[0].startswith("error: ToolExecutionError: refused")
+    # The summary's error line is the same, notes (which row failed) included.
+    assert f"  {errors[0]}" in done.stdout.splitlines(), (errors[0], done.stdout)
 
 
 TWO = """

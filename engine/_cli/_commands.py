@@ -32,6 +32,7 @@ from ._common import (
     INPUT_ERRORS,
     UsageError,
     _say,
+    describe_error,
 )
 from ._config import Config, Settings, format_config, load, start_folder
 from ._export import STDOUT, Format, StatusFilter, export_dataset, format_for, open_output
@@ -228,6 +229,13 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         return EXIT_INTERRUPTED
     finally:
         reporter.close()
+    error = finished.error if finished is not None else None
+    usage = isinstance(error, INPUT_ERRORS)
+    if error is not None:
+        # The summary's error line says what the error line below says, notes
+        # included (which row failed, the errors beside it): the run's own
+        # record of its error (run.finished) has its type and message only.
+        reporter.outcome.error = describe_error(error, usage=usage)
     # With --out - the rows are standard output, and the summary moves aside.
     summary = sys.stderr if spec.out == STDOUT else sys.stdout
     print(
@@ -240,8 +248,6 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         file=summary,
     )
     summary.flush()
-    error = finished.error if finished is not None else None
-    usage = isinstance(error, INPUT_ERRORS)
     if error is not None:
         session.report_error(error, usage=usage)
     if interrupt.received is not None:  # Ctrl-C or SIGTERM cancelled the run (see _signals)
