@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,31 @@ def test_every_throughput_contender_runs_and_checks_its_work() -> None:
     for name in CONTENDERS:
         assert f"\n{name} " in table, (name, done.stdout)
     assert "provider_calls=1,200 (2 x rows = 1,200)" in done.stdout
+
+
+def test_fetch_races_plain_httpx_and_checks_every_request() -> None:
+    # The benchmark checks itself: the server counts the requests it answered,
+    # the play its completed rows and fetches.
+    out = _bench("fetch", "--quick", timeout=120).stdout
+    table = out.split("contender", 1)[1]
+    for name in ("httpx", "sqlite"):
+        assert f"\n{name} " in table, (name, out)
+    assert "ratio ctx.fetch (sqlite) / plain httpx: " in out
+
+
+def test_memory_measures_the_peak_of_a_fresh_process() -> None:
+    out = _bench("memory", "--quick", timeout=120).stdout
+    assert re.search(r"^  small +2,000 rows +peak +[\d.]+ MB", out, re.M), out
+
+
+@pytest.mark.postgres
+def test_scaling_shares_one_run_between_processes_on_both_stores() -> None:
+    require_postgres()
+    out = _bench("scaling", "--quick", timeout=240).stdout
+    for store in ("sqlite", "postgres"):
+        for processes in (1, 2, 4):
+            assert f"  {store:13s} {processes} process(es) " in out, (store, processes, out)
+    assert "rows per process [2000]" in out, out
 
 
 # -- the benchmarks of issue 15, in short form --------------------------------
