@@ -369,21 +369,6 @@ class Fetcher:
         self._remember(headers, auth)
         return outgoing
 
-    def request_identity(
-        self,
-        url: str,
-        *,
-        method: str = "GET",
-        headers: Mapping[str, HeaderValue] | None = None,
-        json: Any = None,
-        content: bytes | str | None = None,
-        auth: Secret | None = None,
-    ) -> dict[str, Any]:
-        """:func:`request_identity`, and remember the request's secrets for :meth:`redact`."""
-        return self.prepare(
-            url, method=method, headers=headers, json=json, content=content, auth=auth
-        ).identity()
-
     def redact(self, text: str) -> str:
         """``text`` with every secret value this fetcher has seen replaced by ``[REDACTED]``."""
         for value in sorted(self._secrets, key=len, reverse=True):

@@ -57,7 +57,7 @@ def row_step_receipt_key(run_id: str, dataset: str, row_key: str, key: str) -> s
 
 
 def fetch_receipt_key(run_id: str, identity: dict[str, Any]) -> str:
-    """The receipt key of a fetch, ``identity`` being ``Fetcher.request_identity(...)``."""
+    """The receipt key of a fetch, ``identity`` being ``Fetcher.prepare(...).identity()``."""
     return digest("fetch", run_id, identity)
 
 

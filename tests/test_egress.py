@@ -793,9 +793,9 @@ def test_request_identity_is_stable_and_holds_no_secret() -> None:
     assert first != identity(TOKEN, {"a": 1, "b": 3})
 
 
-async def test_fetcher_request_identity_teaches_redact_the_secrets() -> None:
+async def test_preparing_a_request_teaches_redact_the_secrets() -> None:
     async with fetcher(Recorder()) as f:
-        f.request_identity("https://api.example.test/", auth=Secret(TOKEN))
+        f.prepare("https://api.example.test/", auth=Secret(TOKEN))
         assert f.redact(TOKEN) == REDACTED
 
 
