@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import trio
 import trio.testing
 
 import trioplay
+from trioplay._receipts._call import _Call
 from trioplay.stores.memory import MemoryStore
 
 from .support import CountingTool, finder_map, registry
@@ -224,10 +226,6 @@ async def test_settled_calls_are_not_kept_alive_until_their_renewal_falls_due() 
     # all settled: a run of a few seconds would keep every call it made (and
     # its claim, cancel scope and row phase) alive to the end, and the cyclic
     # garbage collector would scan them all again and again.
-    import gc
-
-    from trioplay._receipts._call import _Call
-
     alive: list[int] = []
 
     async def finder(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
