@@ -35,7 +35,16 @@ from ._common import (
     describe_error,
 )
 from ._config import Config, Settings, format_config, load, start_folder
-from ._export import STDOUT, Format, StatusFilter, export_dataset, format_for, open_output
+from ._export import (
+    STDOUT,
+    Exported,
+    Format,
+    StatusFilter,
+    export_dataset,
+    format_for,
+    open_output,
+)
+from ._paths import Guarded, check_outputs, input_files, sqlite_files, store_problem
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
 from ._recording import open_recording
@@ -104,9 +113,22 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
 
 def _check_sqlite_path(url: str, path: str) -> None:
     """Refuse a SQLite path that cannot hold a database before the run starts (exit 2)."""
-    problem = path_problem(path)
+    problem = path_problem(path) or store_problem(path)
     if problem is not None:
         raise UsageError(f"store {url}: {problem}")
+
+
+def _kept(config: Config) -> list[Guarded]:
+    """The files of a command's configuration that no output may write over."""
+    kept = sqlite_files(config.settings.store)
+    if config.file is not None:
+        kept.append(Guarded("the configuration file", str(config.file)))
+    return kept
+
+
+def _recordings(args: argparse.Namespace) -> list[tuple[str, str | None]]:
+    """The outputs of ``run`` and ``demo``, in the order they are checked."""
+    return [("--events", args.events), ("--trace", args.trace), ("--out", args.out)]
 
 
 @contextlib.asynccontextmanager
@@ -135,6 +157,7 @@ class _RunSpec:
     settings: Settings = attrs.field(factory=Settings)
     events: str | None = None  # --events FILE.jsonl
     trace: str | None = None  # --trace FILE.json
+    kept: tuple[Guarded, ...] = ()  # what no output may write over (see _paths)
 
 
 @attrs.frozen
@@ -146,6 +169,7 @@ class _Finished:
     outputs: list[OutputFile]
     run_id: str | None = None
     export_error: Exception | None = None
+    notes: tuple[str, ...] = ()  # lines after the summary: outputs that hold no row
 
 
 def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
@@ -153,6 +177,9 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
 
     store = _store_for(args.store)
     rows: int = _demo.BUNDLED_ROWS if args.rows is None else args.rows
+    with _demo.bundled_csv() as leads:
+        kept = [*sqlite_files(args.store), Guarded("the demo's leads", str(leads))]
+    check_outputs(_recordings(args), kept)
     spec = _RunSpec(
         play=_demo.demo_leads,
         tools=_demo.tools(),
@@ -166,6 +193,7 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
         status=args.status,
         events=args.events,
         trace=args.trace,
+        kept=tuple(kept),
     )
     return _execute(spec, session)
 
@@ -173,8 +201,11 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
 def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
     path, name = split_play_ref(args.play)
     input = _parse_input(args.input, args.csv)
-    settings = _config_for(args, start_folder(path)).settings
+    config = _config_for(args, start_folder(path))
+    settings = config.settings
     store = _store_for(settings.store)
+    kept = [*_kept(config), Guarded("the play file", str(path)), *input_files(input, args.csv)]
+    check_outputs(_recordings(args), kept)
     with _importable_from(path.parent):
         module = load_play_module(path)
         play = find_play(module, path, name)
@@ -191,6 +222,7 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             settings=settings,
             events=args.events,
             trace=args.trace,
+            kept=tuple(kept),
         )
         return _execute(spec, session)
 
@@ -247,6 +279,8 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         ),
         file=summary,
     )
+    for note in finished.notes if finished is not None else ():
+        print(note, file=summary)
     summary.flush()
     if error is not None:
         session.report_error(error, usage=usage)
@@ -317,24 +351,48 @@ async def _run_recorded(
         try:
             datasets = await rt.store.list_datasets(run_id)
             sheets = {name: await rt.store.count_rows(run_id, name) for name in datasets}
+            # A dataset with no row has no sheet to list, and is exported all the same.
+            datasets += [name for name in reporter.maps if name not in datasets]
         except Exception:
             if error is None:
                 raise
             return _Finished(error, {}, [], run_id)
         outputs: list[OutputFile] = []
+        notes: list[str] = []
         if error is not None or spec.out is None or not datasets:
             return _Finished(error, sheets, outputs, run_id)
         try:
-            for name, path in _output_paths(spec.out, datasets).items():
+            paths = _output_paths(spec.out, datasets)
+            if len(paths) > 1:  # names made from --out: checked as --out was
+                check_outputs([("--out", path) for path in paths.values()], _outputs_kept(spec))
+            for name, path in paths.items():
                 fmt = spec.format or format_for(path)
-                count = await export_dataset(
+                exported = await export_dataset(
                     rt.store, run_id, name, path, fmt=fmt, status=spec.status
                 )
-                outputs.append(OutputFile(path, name, count))
+                outputs.append(OutputFile(path, name, exported.rows))
+                if not exported.rows:
+                    notes.append(_no_rows(path, name, spec.status, exported))
         except Exception as exc:
             exc.add_note(f"trioplay: writing --out {spec.out} failed")
             return _Finished(None, sheets, outputs, run_id, export_error=exc)
-        return _Finished(None, sheets, outputs, run_id)
+        return _Finished(None, sheets, outputs, run_id, notes=tuple(notes))
+
+
+def _no_rows(path: str, dataset: str, status: StatusFilter, exported: Exported) -> str:
+    """The line that says an output holds no row, and what it holds instead."""
+    rows = "rows" if status == "all" else f"{status} rows"
+    return f"  {path}: {dataset} has no {rows}, so {_holds(exported)}"
+
+
+def _holds(exported: Exported) -> str:
+    return "it holds the CSV header only" if exported.columns else "it is empty"
+
+
+def _outputs_kept(spec: _RunSpec) -> list[Guarded]:
+    """What the files made from ``--out`` may not write over: ``spec.kept``, the recordings."""
+    recorded = [("--events", spec.events), ("--trace", spec.trace)]
+    return [*spec.kept, *(Guarded(f"the {flag} file", path) for flag, path in recorded if path)]
 
 
 def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, str]:
@@ -448,22 +506,25 @@ async def _run_details(store: Store, run_id: str) -> str:
 
 
 def _cmd_export(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
+    config = _config_for(args, Path.cwd())
+    store = _store_for(config.settings.store, must_exist=True)
     path: str = args.out
+    check_outputs([("--out", path)], _kept(config))
     fmt: Format = args.format or format_for(path)
-    count = trio.run(_export_command, store, args.run_id, args.dataset, path, fmt, args.status)
+    exported = trio.run(_export_command, store, args.run_id, args.dataset, path, fmt, args.status)
     where = "standard output" if path == STDOUT else path
+    rows = "row" if exported.rows == 1 else "rows"
+    line = f"{where}: {exported.rows:,} {rows} of {args.dataset} (run {args.run_id})"
+    if not exported.rows:
+        line += f"; {_holds(exported)}"
     # The rows may be standard output: the report goes to stderr then.
-    print(
-        f"{where}: {count:,} rows of {args.dataset} (run {args.run_id})",
-        file=sys.stderr if path == STDOUT else sys.stdout,
-    )
+    print(line, file=sys.stderr if path == STDOUT else sys.stdout)
     return EXIT_OK
 
 
 async def _export_command(
     store: Store, run_id: str, dataset: str, path: str, fmt: Format, status: StatusFilter
-) -> int:
+) -> Exported:
     async with _opened(store):
         if await store.get_run(run_id) is None:
             raise UsageError(f"no run {run_id!r} in {store.url} (`trioplay runs list` lists them)")
@@ -483,6 +544,7 @@ def _cmd_timeline(args: argparse.Namespace, session: _Session) -> int:
 
     source: str = args.events
     out: str = args.out or str(Path(source).with_suffix(".svg"))
+    check_outputs([("--out", out)], [Guarded("the events file", source)])
     try:
         events = list(read_events(source))
         svg = render_timeline(events)
