@@ -489,3 +489,74 @@ async def test_text_that_is_not_valid_unicode_fails_its_row_not_the_run(
     assert row["domain"] == "b.example"
     assert "not valid Unicode" in row["_error"], row["_error"]
     assert "\\udce9" in row["_error"], row["_error"]
+
+
+# Issue 25, point 2: ProviderTransientError(category, message="", *, retry_after=None,
+# tool_id=None) checks what it is given, and says what it accepts.
+CATEGORIES = "accepted: 'rate_limit', 'network', 'upstream'"
+BAD_TRANSIENT = [
+    (lambda: trioplay.ProviderTransientError("timeout"), ValueError,
+     f"ProviderTransientError: category must be one of the three, got 'timeout'; {CATEGORIES} "
+     "(the category comes first: ProviderTransientError('network', 'what happened'))"),
+    (lambda: trioplay.ProviderTransientError("rate limited", retry_after=5), ValueError,
+     "got 'rate limited'"),
+    (lambda: trioplay.ProviderTransientError(429), ValueError, "got 429"),  # type: ignore[arg-type]
+    (lambda: trioplay.ProviderTransientError("network", 503), TypeError,  # type: ignore[arg-type]
+     "ProviderTransientError: message must be a string, got 503 (int)"),
+    (lambda: trioplay.ProviderTransientError("rate_limit", retry_after="5"), TypeError,  # type: ignore[arg-type]
+     "ProviderTransientError: retry_after must be seconds (a number) or None, got '5' (str)"),
+    (lambda: trioplay.ProviderTransientError("rate_limit", retry_after=True), TypeError,
+     "retry_after must be seconds (a number) or None, got True (bool)"),
+    (lambda: trioplay.ProviderTransientError("rate_limit", retry_after=-1), ValueError,
+     "ProviderTransientError: retry_after must be finite seconds of at least 0, got -1"),
+    (lambda: trioplay.ProviderTransientError("rate_limit", retry_after=float("nan")), ValueError,
+     "retry_after must be finite seconds of at least 0, got nan"),
+    (lambda: trioplay.ProviderTransientError("upstream", tool_id=7), TypeError,  # type: ignore[arg-type]
+     "ProviderTransientError: tool_id must be a string or None, got 7 (int)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("build", "error", "message"), BAD_TRANSIENT)
+def test_a_bad_provider_transient_error_says_what_it_accepts(
+    build: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as caught:
+        build()
+    assert message in str(caught.value)
+
+
+def test_a_provider_transient_error_copies_and_pickles_as_it_was() -> None:
+    import copy
+    import pickle
+
+    error = trioplay.ProviderTransientError("network", "reset", retry_after=2.5, tool_id="t")
+    timeout = trioplay.ToolTimeout("t", 3.0)
+    for same in (copy.copy(error), pickle.loads(pickle.dumps(error))):
+        assert (type(same), str(same), same.category, same.retry_after, same.tool_id) == (
+            trioplay.ProviderTransientError,
+            "[network] reset",
+            "network",
+            2.5,
+            "t",
+        )
+    for same_timeout in (copy.copy(timeout), pickle.loads(pickle.dumps(timeout))):
+        assert type(same_timeout) is trioplay.ToolTimeout
+        assert str(same_timeout) == str(timeout)
+        assert (same_timeout.category, same_timeout.timeout) == ("upstream", 3.0)
+
+
+async def test_a_tool_raising_a_bad_transient_error_fails_its_row_saying_why() -> None:
+    async def finder(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        raise trioplay.ProviderTransientError("timed out")
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def email(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("finder", {"domain": row["domain"]})
+
+        result = await ctx.dataset("s", [{"domain": "a.example"}]).with_column("e", email).run()
+        return [row async for row in result.rows(status="failed")]
+
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry(finder=finder)) as rt:
+        [row] = await rt.run(play, {}, run_id="r")
+    assert "category must be one of the three, got 'timed out'" in row["_error"]
