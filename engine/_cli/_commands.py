@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ import trio
 
 from trioplay.stores.sqlite import path_problem
 
+from .._json import canonical_json
 from .._plugins import open_store
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
 from ._common import (
@@ -49,6 +50,7 @@ from ._playfile import _importable_from, find_play, find_tools, load_play_module
 from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
 from ._recording import open_recording
 from ._signals import cancel_on_signals
+from ._summary import summary_data
 
 if TYPE_CHECKING:
     import argparse
@@ -158,6 +160,7 @@ class _RunSpec:
     events: str | None = None  # --events FILE.jsonl
     trace: str | None = None  # --trace FILE.json
     kept: tuple[Guarded, ...] = ()  # what no output may write over (see _paths)
+    json: bool = False  # --json: the summary as one JSON object
 
 
 @attrs.frozen
@@ -194,6 +197,7 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
         events=args.events,
         trace=args.trace,
         kept=tuple(kept),
+        json=args.json,
     )
     return _execute(spec, session)
 
@@ -223,6 +227,7 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             events=args.events,
             trace=args.trace,
             kept=tuple(kept),
+            json=args.json,
         )
         return _execute(spec, session)
 
@@ -270,17 +275,17 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         reporter.outcome.error = describe_error(error, usage=usage)
     # With --out - the rows are standard output, and the summary moves aside.
     summary = sys.stderr if spec.out == STDOUT else sys.stdout
-    print(
-        format_summary(
-            reporter.outcome,
-            list(reporter.maps.values()),
-            sheets=finished.sheets if finished is not None else {},
-            outputs=finished.outputs if finished is not None else [],
-        ),
-        file=summary,
-    )
-    for note in finished.notes if finished is not None else ():
-        print(note, file=summary)
+    maps = list(reporter.maps.values())
+    sheets = finished.sheets if finished is not None else {}
+    outputs = finished.outputs if finished is not None else []
+    notes = finished.notes if finished is not None else ()
+    if spec.json:
+        data = summary_data(reporter.outcome, maps, sheets=sheets, outputs=outputs, notes=notes)
+        print(json.dumps(data, ensure_ascii=False), file=summary)
+    else:
+        print(format_summary(reporter.outcome, maps, sheets=sheets, outputs=outputs), file=summary)
+        for note in notes:
+            print(note, file=summary)
     summary.flush()
     if error is not None:
         session.report_error(error, usage=usage)
@@ -412,32 +417,41 @@ def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, str]:
 
 def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
     store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
-    text = trio.run(_runs_table, store, args.limit)
-    print(text)
+    runs = trio.run(_runs_listed, store, args.limit)
+    if args.json:
+        print(json.dumps(runs, ensure_ascii=False, indent=2))
+    elif not runs:
+        print(f"no runs in {store.url}")
+    else:
+        table = [("RUN ID", "PLAY", "STATUS", "ATTEMPT", "UPDATED", "ROWS")]
+        for run in runs:
+            updated = _timestamp(run["updated_at"])
+            row = (run["run_id"], run["play"], run["status"], str(run["attempt"]), updated)
+            table.append((*row, f"{run['rows']:,}"))
+        print(_format_table(table, right=(3, 5)))
     return EXIT_OK
 
 
-async def _runs_table(store: Store, limit: int) -> str:
+async def _runs_listed(store: Store, limit: int) -> list[dict[str, Any]]:
+    """The most recent runs, newest first, as ``runs list --json`` prints them."""
+    listed = []
     async with _opened(store):
-        runs = await store.list_runs(limit=limit)
-        if not runs:
-            return f"no runs in {store.url}"
-        table = [("RUN ID", "PLAY", "STATUS", "ATTEMPT", "UPDATED", "ROWS")]
-        for record in runs:
+        for record in await store.list_runs(limit=limit):
             rows = 0
             for dataset in await store.list_datasets(record.run_id):
                 rows += sum((await store.count_rows(record.run_id, dataset)).values())
-            table.append(
-                (
-                    record.run_id,
-                    record.play,
-                    record.status,
-                    str(record.attempt),
-                    _timestamp(record.updated_at),
-                    f"{rows:,}",
-                )
+            listed.append(
+                {
+                    "run_id": record.run_id,
+                    "play": record.play,
+                    "status": record.status,
+                    "attempt": record.attempt,
+                    "created_at": _iso(record.created_at),
+                    "updated_at": _iso(record.updated_at),
+                    "rows": rows,
+                }
             )
-    return _format_table(table, right=(3, 5))
+    return listed
 
 
 def _format_table(table: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> str:
@@ -452,17 +466,31 @@ def _format_table(table: Sequence[Sequence[str]], *, right: Sequence[int] = ()) 
     return "\n".join(lines)
 
 
-def _timestamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
+def _timestamp(moment: float | str) -> str:
+    """Local time to the second, for tables; ``moment`` as stored, or as :func:`_iso` wrote it."""
+    when = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
+    if isinstance(when, datetime):
+        return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _iso(seconds: float) -> str:
+    """ISO 8601 in UTC, for JSON: ``2026-11-29T13:05:30.123456+00:00``."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat()
 
 
 def _cmd_runs_show(args: argparse.Namespace, session: _Session) -> int:
     store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
-    print(trio.run(_run_details, store, args.run_id))
+    details = trio.run(_run_details, store, args.run_id)
+    if args.json:
+        print(json.dumps(details, ensure_ascii=False, indent=2))
+    else:
+        print(_format_details(details))
     return EXIT_OK
 
 
-async def _run_details(store: Store, run_id: str) -> str:
+async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
+    """One run, as ``runs show --json`` prints it."""
     async with _opened(store):
         record = await store.get_run(run_id)
         if record is None:
@@ -471,31 +499,51 @@ async def _run_details(store: Store, run_id: str) -> str:
             name: await store.count_rows(run_id, name) for name in await store.list_datasets(run_id)
         }
         receipts = await store.count_receipts(run_id)
+    try:
+        stats = json.loads(record.stats_json) if record.stats_json else {}
+    except ValueError:
+        stats = {}
+    return {
+        "run_id": record.run_id,
+        "play": record.play,
+        "status": record.status,
+        "attempts": record.attempt,
+        "created_at": _iso(record.created_at),
+        "updated_at": _iso(record.updated_at),
+        "input": json.loads(record.input_json),
+        "error": record.error or None,
+        "stats": stats if isinstance(stats, dict) else {},
+        "datasets": {
+            name: {"completed": counts.get("completed", 0), "failed": counts.get("failed", 0)}
+            for name, counts in datasets.items()
+        },
+        "receipts": dict(sorted(receipts.items())),
+    }
+
+
+def _format_details(details: dict[str, Any]) -> str:
     lines = [
-        f"run:      {record.run_id}",
-        f"play:     {record.play}",
-        f"status:   {record.status}",
-        f"attempts: {record.attempt}",
-        f"created:  {_timestamp(record.created_at)}",
-        f"updated:  {_timestamp(record.updated_at)}",
-        f"input:    {record.input_json}",
+        f"run:      {details['run_id']}",
+        f"play:     {details['play']}",
+        f"status:   {details['status']}",
+        f"attempts: {details['attempts']}",
+        f"created:  {_timestamp(details['created_at'])}",
+        f"updated:  {_timestamp(details['updated_at'])}",
+        f"input:    {canonical_json(details['input'])}",
     ]
-    if record.error:
-        lines.append(f"error:    {record.error}")
-    if record.stats_json:
-        try:
-            stats = json.loads(record.stats_json)
-        except ValueError:
-            stats = {}
-        if isinstance(stats, dict) and stats:
-            shown = ", ".join(f"{key.replace('_', ' ')} {value:,}" for key, value in stats.items())
-            lines.append(f"stats (last attempt): {shown}")
+    if details["error"]:
+        lines.append(f"error:    {details['error']}")
+    if details["stats"]:
+        stats = details["stats"].items()
+        shown = ", ".join(f"{key.replace('_', ' ')} {value:,}" for key, value in stats)
+        lines.append(f"stats (last attempt): {shown}")
+    datasets = details["datasets"]
     lines.append("datasets:" if datasets else "datasets: none")
     for name, counts in datasets.items():
-        completed, failed = counts.get("completed", 0), counts.get("failed", 0)
-        lines.append(f"  {name}: {completed:,} completed, {failed:,} failed")
+        lines.append(f"  {name}: {counts['completed']:,} completed, {counts['failed']:,} failed")
+    receipts = details["receipts"]
     if receipts:
-        shown = ", ".join(f"{count:,} {status}" for status, count in sorted(receipts.items()))
+        shown = ", ".join(f"{count:,} {status}" for status, count in receipts.items())
         lines.append(f"receipts: {shown}")
     else:
         lines.append("receipts: none")
