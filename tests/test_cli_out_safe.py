@@ -308,3 +308,42 @@ def test_no_row_of_the_status_asked_for_writes_the_header_only(
     assert code == 0, err
     assert (here / "failed.csv").read_text() == "n,twice\n"
     assert out == "failed.csv: 0 rows of d (run r); it holds the CSV header only\n"
+
+
+async def test_an_output_that_fails_to_open_names_the_path_given_never_the_partial(
+    tmp_path: Path,
+) -> None:
+    """If a folder refuses the file after the check (it changed meanwhile), the error
+    is still a usage error about the path the user gave."""
+    from trioplay._cli._common import UsageError
+    from trioplay._cli._export import open_output
+
+    (tmp_path / "a-file").write_text("x\n")
+    path = str(tmp_path / "a-file" / "events.jsonl")
+    with pytest.raises(UsageError) as raised:
+        async with open_output(path, keep_on_error=True):
+            pass
+    assert str(raised.value).startswith(f"cannot write {path}: ")
+    assert ".partial" not in str(raised.value)
+
+
+def test_a_store_file_that_cannot_be_written_is_refused_with_advice(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = here / "store.db"
+    first_run(capsys, here)
+    store.chmod(0o444)
+    try:
+        code, err = run(capsys, "--run-id", "again")
+    finally:
+        store.chmod(0o644)
+    if AS_ROOT:
+        assert code == 0, err  # root writes through the mode bits: nothing is refused
+        return
+    assert code == 2, err
+    assert err == (
+        "error: store sqlite:///store.db: the database store.db cannot be written (its mode, "
+        "or a read-only file system); SQLite would open it read-only and fail at the first "
+        "write: make it writable, or name another store\n"
+    )
+    assert calls(here) == 0

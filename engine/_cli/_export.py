@@ -6,7 +6,8 @@ A symlink is followed to its target (the link stays a link). A FIFO, a
 character device (``/dev/null``, a terminal) or anything else that is not a
 regular file is opened and written as it is. A regular file, or a name that
 does not exist yet, is written beside itself and renamed into place when
-complete, so it is either all there or not there.
+complete, so it is either all there or not there. If that file cannot be
+created, the error (a :class:`UsageError`, exit 2) names the path given.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
+
+from ._common import UsageError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -129,8 +132,8 @@ async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterato
     target = await trio.Path(path).resolve()  # through every symlink
     try:
         mode = (await target.stat()).st_mode
-    except FileNotFoundError:
-        mode = None
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None  # not there (yet): created below
     if mode is not None and stat.S_ISDIR(mode):
         raise IsADirectoryError(f"{path} is a directory")
     if mode is not None and not stat.S_ISREG(mode):
@@ -142,9 +145,17 @@ async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterato
         async with trio.wrap_file(raw) as file:
             yield file
         return
-    await target.parent.mkdir(parents=True, exist_ok=True)
     partial = trio.Path(partial_path(target))
-    file = await partial.open("w", encoding="utf-8", newline="")
+    try:
+        await target.parent.mkdir(parents=True, exist_ok=True)
+        file = await partial.open("w", encoding="utf-8", newline="")
+    except OSError as exc:
+        # The command checked the path before it started (see _paths); this
+        # is a folder that changed since. Say it of the path given, not of
+        # the partial file.
+        raise UsageError(
+            f"cannot write {path}: {exc.strerror or exc}; name a path in a writable directory"
+        ) from exc
     try:
         async with file:
             yield file

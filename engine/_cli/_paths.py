@@ -226,7 +226,17 @@ def store_problem(path: str) -> str | None:
     """Why SQLite cannot create its files at ``path``, found by creating them (and
     removing them): ``None`` when it can, or when the database is there already."""
     target = Path(path)
-    if path == ":memory:" or target.exists():
+    if path == ":memory:":
+        return None
+    if target.is_file():
+        if os.access(target, os.R_OK | os.W_OK):
+            return None
+        return (
+            f"the database {path} cannot be written (its mode, or a read-only file system); "
+            "SQLite would open it read-only and fail at the first write: make it writable, "
+            "or name another store"
+        )
+    if target.exists():
         return None
     folder = target.parent
     while not folder.exists() and folder != folder.parent:
