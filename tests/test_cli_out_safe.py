@@ -347,3 +347,21 @@ def test_a_store_file_that_cannot_be_written_is_refused_with_advice(
         "write: make it writable, or name another store\n"
     )
     assert calls(here) == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("e" * 300, "its name is too long: the file is first written under a name 9 bytes"),
+        ("f" * 300 + "/out.csv", f"the name {'f' * 300} is too long: names in . hold at most"),
+        ("new/" + "f" * 300 + "/out.csv", f"the name {'f' * 300} is too long"),
+    ],
+)
+def test_a_name_too_long_anywhere_in_the_path_is_said_plainly(
+    here: Path, capsys: pytest.CaptureFixture[str], path: str, said: str
+) -> None:
+    code, err = run(capsys, "--events", path)
+    assert code == 2, err
+    assert err.startswith(f"error: --events {path}: {said}")
+    assert ".partial" not in err
+    assert calls(here) == 0

@@ -115,7 +115,10 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
 
 def _check_sqlite_path(url: str, path: str) -> None:
     """Refuse a SQLite path that cannot hold a database before the run starts (exit 2)."""
-    problem = path_problem(path) or store_problem(path)
+    try:
+        problem = path_problem(path) or store_problem(path)
+    except OSError as exc:  # a name too long to look up, and the like
+        problem = f"{exc.strerror}; name another path"
     if problem is not None:
         raise UsageError(f"store {url}: {problem}")
 

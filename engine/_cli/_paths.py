@@ -66,9 +66,8 @@ def check_outputs(outputs: Sequence[tuple[str, str | None]], guarded: Sequence[G
         for other in seen:
             if same_file(path, other.path):
                 raise UsageError(
-                    f"{flag} {path} is {other.what} {other.path}{other.note}: writing it would "
-                    "destroy it; "
-                    "name another file"
+                    f"{flag} {path} is {other.what} {other.path}{other.note}: "
+                    "writing it would destroy it; name another file"
                 )
         seen.append(Guarded(f"the {flag} file", path))
 
@@ -144,9 +143,7 @@ def output_problem(path: str) -> str | None:
         return f" is a directory; name a file, such as {Path(path) / 'rows.csv'}"
     if mode is not None and not stat.S_ISREG(mode):
         return None  # a FIFO or a device is opened and written as it is
-    folder = target.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    folder = _nearest_folder(target)
     if not folder.is_dir():
         shown = _shown(folder, path)
         return (
@@ -160,13 +157,27 @@ def output_problem(path: str) -> str | None:
     return None
 
 
+def _nearest_folder(target: Path) -> Path:
+    """The nearest existing ancestor of ``target``: where the missing folders, and
+    then the file, are created. A name too long to look up counts as missing."""
+    folder = target.parent
+    while folder != folder.parent:
+        try:
+            os.stat(folder)
+        except OSError:
+            folder = folder.parent
+            continue
+        break
+    return folder
+
+
 def _try_to_create(target: Path, folder: Path) -> None:
     """Create, then remove, the file an output is first written to (or, when its
     folder does not exist yet, any file in the nearest folder that does)."""
     if folder != target.parent:
-        for part in target.relative_to(folder).parts:
+        for part in target.parent.relative_to(folder).parts:
             if len(os.fsencode(part)) > _name_max(folder):
-                raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+                raise _FolderNameTooLong(part)
         if len(os.fsencode(partial_path(target).name)) > _name_max(folder):
             raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
         descriptor, probe = tempfile.mkstemp(prefix=".trioplay-", dir=folder)
@@ -182,6 +193,14 @@ def _try_to_create(target: Path, folder: Path) -> None:
     os.unlink(partial)
 
 
+class _FolderNameTooLong(OSError):
+    """A missing folder on the way to an output has a name too long to create."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        self.name = name
+
+
 def _name_max(folder: Path) -> int:
     try:
         return os.pathconf(folder, "PC_NAME_MAX")
@@ -195,9 +214,11 @@ WRITABLE = "name a path in a writable directory"
 def _refusal(exc: OSError, target: Path, folder: Path, path: str, advice: str = WRITABLE) -> str:
     """What an ``OSError`` from :func:`_try_to_create` means, in the user's words."""
     where = _shown(folder, path)
+    most = _name_max(folder)
+    if isinstance(exc, _FolderNameTooLong):
+        return f"the name {exc.name} is too long: names in {where} hold at most {most} bytes"
     if exc.errno == errno.ENAMETOOLONG:
         longer = len(os.fsencode(partial_path(target).name)) - len(os.fsencode(target.name))
-        most = _name_max(folder)
         return (
             f"its name is too long: the file is first written under a name {longer} bytes "
             f"longer, and names in {where} hold at most {most} bytes; use a name of at most "
@@ -223,31 +244,34 @@ def _shown(folder: Path, path: str) -> str:
 
 
 def store_problem(path: str) -> str | None:
-    """Why SQLite cannot create its files at ``path``, found by creating them (and
-    removing them): ``None`` when it can, or when the database is there already."""
+    """Why SQLite cannot keep its files at ``path``, found by creating the database
+    (and removing it): ``None`` when it can. A database that is there already must
+    be writable."""
     target = Path(path)
     if path == ":memory:":
         return None
-    if target.is_file():
-        if os.access(target, os.R_OK | os.W_OK):
+    try:
+        mode: int | None = os.stat(target).st_mode
+    except OSError:
+        mode = None
+    if mode is not None:
+        if not stat.S_ISREG(mode) or os.access(target, os.R_OK | os.W_OK):
             return None
         return (
             f"the database {path} cannot be written (its mode, or a read-only file system); "
             "SQLite would open it read-only and fail at the first write: make it writable, "
             "or name another store"
         )
-    if target.exists():
-        return None
-    folder = target.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    for suffix in ("", "-wal"):
-        name = target.name + suffix
-        if len(os.fsencode(name)) > _name_max(folder):
-            return (
-                f"the name {target.name} is too long: SQLite keeps {name} beside it, and "
-                f"names in {folder} hold at most {_name_max(folder)} bytes; use a shorter name"
-            )
+    folder = _nearest_folder(target)
+    most = _name_max(folder)
+    for part in target.parent.relative_to(folder).parts:
+        if len(os.fsencode(part)) > most:
+            return f"the name {part} is too long: names in {folder} hold at most {most} bytes"
+    if len(os.fsencode(target.name + "-wal")) > most:
+        return (
+            f"the name {target.name} is too long: SQLite keeps {target.name}-wal beside it, "
+            f"and names in {folder} hold at most {most} bytes; use a shorter name"
+        )
     if folder != target.parent:
         return None  # the store creates the missing folders; path_problem checked the rest
     try:
