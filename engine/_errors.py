@@ -8,6 +8,7 @@ round-trip through :func:`error_to_record` / :func:`error_from_record`.
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any, Literal
 
 TransientCategory = Literal["rate_limit", "network", "upstream"]
@@ -124,12 +125,20 @@ class UnknownToolError(PlayDefinitionError):
     code = "UNKNOWN_TOOL"
 
 
+TRANSIENT_CATEGORIES: tuple[TransientCategory, ...] = ("rate_limit", "network", "upstream")
+
+
 class ProviderTransientError(TrioplayError):
     """A provider failed in a way that may succeed later.
 
+    ``ProviderTransientError(category, message="", *, retry_after=None, tool_id=None)``:
     ``category`` is ``"rate_limit"``, ``"network"`` or ``"upstream"``;
-    ``retry_after`` (seconds) is the provider's hint when it gave one. Transient
-    failures are not recorded as failed receipts: the next attempt calls again.
+    ``message`` says what happened; ``retry_after`` (finite seconds, at least
+    0) is the provider's hint when it gave one; ``tool_id`` is filled in by
+    the runtime when left out. Each is checked here: a category that is not
+    one of the three is a ``ValueError`` naming them, a value of the wrong
+    type a ``TypeError``. Transient failures are not recorded as failed
+    receipts: the next attempt calls again.
     """
 
     code = "PROVIDER_TRANSIENT"
@@ -142,11 +151,53 @@ class ProviderTransientError(TrioplayError):
         retry_after: float | None = None,
         tool_id: str | None = None,
     ) -> None:
+        _check_transient(category, message, retry_after, tool_id)
         text = f"[{category}] {message}" if message else f"[{category}] transient provider error"
         super().__init__(text)
         self.category: TransientCategory = category
         self.retry_after = retry_after
         self.tool_id = tool_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy.copy and pickle would call the class with its text as the
+        # category: rebuild it without __init__, then restore its attributes.
+        return (_restored, (type(self), self.args), self.__dict__)
+
+
+def _restored(cls: type[BaseException], args: tuple[Any, ...]) -> BaseException:
+    error = cls.__new__(cls)
+    error.args = args
+    return error
+
+
+def _check_transient(
+    category: object, message: object, retry_after: object, tool_id: object
+) -> None:
+    """Refuse what :class:`ProviderTransientError` cannot be made of, saying what it accepts."""
+    name = "ProviderTransientError"
+    if category not in TRANSIENT_CATEGORIES:
+        accepted = ", ".join(repr(c) for c in TRANSIENT_CATEGORIES)
+        raise ValueError(
+            f"{name}: category must be one of the three, got {category!r}; accepted: "
+            f"{accepted} (the category comes first: {name}('network', 'what happened'))"
+        )
+    if not isinstance(message, str):
+        raise TypeError(f"{name}: message must be a string, got {_shown(message)}")
+    if retry_after is not None:
+        if isinstance(retry_after, bool) or not isinstance(retry_after, int | float):
+            raise TypeError(
+                f"{name}: retry_after must be seconds (a number) or None, got {_shown(retry_after)}"
+            )
+        if not (math.isfinite(retry_after) and retry_after >= 0):
+            raise ValueError(
+                f"{name}: retry_after must be finite seconds of at least 0, got {retry_after!r}"
+            )
+    if tool_id is not None and not isinstance(tool_id, str):
+        raise TypeError(f"{name}: tool_id must be a string or None, got {_shown(tool_id)}")
+
+
+def _shown(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
 
 
 class ToolTimeout(ProviderTransientError):

@@ -2,7 +2,8 @@
 
 Times are seconds, sizes are bytes. ``docs/limits.md`` explains what each one
 bounds and how to choose it. A value out of its range (a float where a count
-is meant, NaN, infinity, a negative time) is refused when the object is
+is meant, NaN, infinity, a negative time, or one past the field's maximum:
+a million rows or calls, a TiB, a week) is refused when the object is
 built, by a ``ValueError`` naming the field and what it accepts.
 """
 
@@ -22,7 +23,8 @@ class Accepts:
 
     ``problem(value)`` says what is wrong with ``value`` (``None`` when it
     fits), in the words every refusal uses: ``must be a positive number, got
-    2.5; accepted: whole numbers of at least 1``.
+    2.5; accepted: whole numbers of at least 1``, and for a value past the
+    maximum ``must be at most 1,000,000, got ...``.
     """
 
     whole: bool
@@ -44,6 +46,8 @@ class Accepts:
             return None
         zero_fits = self.minimum == 0 and self.minimum_allowed
         must_be = "zero or positive" if zero_fits else "a positive number"
+        if _above(value, self.maximum):
+            must_be = f"at most {self.maximum:,}"
         return f"must be {must_be}, got {value!r}; accepted: {self.accepted}"
 
     def validator(self, instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -53,12 +57,37 @@ class Accepts:
             raise ValueError(f"{type(instance).__name__}.{attribute.name} {problem}")
 
 
+def _above(value: object, maximum: float) -> bool:
+    """Whether ``value`` is a finite number past ``maximum`` (a bool is no number here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value > maximum
+
+
 COUNT = Accepts(True, 1, True, "whole numbers of at least 1")
 COUNT_OR_ZERO = Accepts(True, 0, True, "whole numbers of at least 0")
 SECONDS = Accepts(False, 0, False, "finite seconds above 0")
 SECONDS_OR_ZERO = Accepts(False, 0, True, "finite seconds of at least 0")
 SHARE = Accepts(False, 0, False, "a fraction above 0 and at most 1", maximum=1)
 NUMBER = Accepts(False, 0, False, "finite numbers above 0")
+
+# The bounds of Limits and FetchTimeouts have a maximum too: past it, a value
+# is a typo (10**30 rows a page) that would fail late and obscurely, or never end.
+MAX_COUNT = 1_000_000
+MAX_SIZE = 2**40  # 1 TiB
+MAX_SECONDS = 7 * 24 * 3600  # a week
+MANY = Accepts(True, 1, True, f"whole numbers from 1 to {MAX_COUNT:,}", maximum=MAX_COUNT)
+"""Rows, calls, attempts."""
+SIZE = Accepts(True, 1, True, f"whole numbers from 1 to {MAX_SIZE:,} (1 TiB)", maximum=MAX_SIZE)
+SIZE_OR_ZERO = Accepts(
+    True, 0, True, f"whole numbers from 0 to {MAX_SIZE:,} (1 TiB)", maximum=MAX_SIZE
+)
+SPAN = Accepts(
+    False, 0, False, f"finite seconds above 0, at most {MAX_SECONDS:,} (a week)", MAX_SECONDS
+)
+SPAN_OR_ZERO = Accepts(
+    False, 0, True, f"finite seconds from 0 to {MAX_SECONDS:,} (a week)", MAX_SECONDS
+)
 
 
 def _field(default: Any, accepts: Accepts) -> Any:
@@ -69,36 +98,36 @@ def _field(default: Any, accepts: Accepts) -> Any:
 class Limits:
     """The bounds of a run. Pass ``Limits(page_size=500, ...)`` to ``open_runtime``."""
 
-    page_size: int = _field(1000, COUNT)
-    max_concurrent_rows: int = _field(256, COUNT)
-    max_concurrent_external_calls: int = _field(64, COUNT)
+    page_size: int = _field(1000, MANY)
+    max_concurrent_rows: int = _field(256, MANY)
+    max_concurrent_external_calls: int = _field(64, MANY)
     max_provider_share: float = _field(0.5, SHARE)
-    active_rows_budget_bytes: int = _field(256 * MiB, COUNT)
-    retained_rows_budget_bytes: int = _field(16 * MiB, COUNT_OR_ZERO)
-    writer_buffer_bytes: int = _field(16 * MiB, COUNT)
-    writer_max_flush: float = _field(0.1, SECONDS)
-    progress_flush_interval: float = _field(0.25, SECONDS)
-    stall_log_interval: float = _field(60.0, SECONDS)
-    tool_batch_window: float = _field(0.0, SECONDS_OR_ZERO)
-    tool_batch_max: int = _field(100, COUNT)
-    tool_batch_max_bytes: int = _field(4 * MiB, COUNT)
-    tool_timeout: float = _field(930.0, SECONDS)
-    lease_ttl: float = _field(60.0, SECONDS)
-    receipt_wait_delay: float = _field(1.0, SECONDS)
-    receipt_wait_attempts: int = _field(300, COUNT)
-    page_wait_delay: float = _field(0.1, SECONDS)
-    fetch_max_body_bytes: int = _field(10 * MiB, COUNT)
-    fetch_retry_attempts: int = _field(3, COUNT)
-    fetch_retry_delay: float = _field(0.1, SECONDS_OR_ZERO)
-    cleanup_timeout: float = _field(1.0, SECONDS)
-    loop_lag_threshold: float = _field(0.5, SECONDS)
-    csv_field_limit: int = _field(131_072, COUNT)
+    active_rows_budget_bytes: int = _field(256 * MiB, SIZE)
+    retained_rows_budget_bytes: int = _field(16 * MiB, SIZE_OR_ZERO)
+    writer_buffer_bytes: int = _field(16 * MiB, SIZE)
+    writer_max_flush: float = _field(0.1, SPAN)
+    progress_flush_interval: float = _field(0.25, SPAN)
+    stall_log_interval: float = _field(60.0, SPAN)
+    tool_batch_window: float = _field(0.0, SPAN_OR_ZERO)
+    tool_batch_max: int = _field(100, MANY)
+    tool_batch_max_bytes: int = _field(4 * MiB, SIZE)
+    tool_timeout: float = _field(930.0, SPAN)
+    lease_ttl: float = _field(60.0, SPAN)
+    receipt_wait_delay: float = _field(1.0, SPAN)
+    receipt_wait_attempts: int = _field(300, MANY)
+    page_wait_delay: float = _field(0.1, SPAN)
+    fetch_max_body_bytes: int = _field(10 * MiB, SIZE)
+    fetch_retry_attempts: int = _field(3, MANY)
+    fetch_retry_delay: float = _field(0.1, SPAN_OR_ZERO)
+    cleanup_timeout: float = _field(1.0, SPAN)
+    loop_lag_threshold: float = _field(0.5, SPAN)
+    csv_field_limit: int = _field(131_072, SIZE)
 
 
 @attrs.frozen(kw_only=True)
 class FetchTimeouts:
     """The three deadlines of every ``fetch``: see ``docs/fetch.md``."""
 
-    headers: float = _field(30.0, SECONDS)
-    body: float = _field(30.0, SECONDS)
-    total: float = _field(120.0, SECONDS)
+    headers: float = _field(30.0, SPAN)
+    body: float = _field(30.0, SPAN)
+    total: float = _field(120.0, SPAN)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -125,6 +126,11 @@ POSITIVE, ZERO_OR_MORE = "a positive number", "zero or positive"
 WHOLE, WHOLE_OR_0 = "whole numbers of at least 1", "whole numbers of at least 0"
 SECONDS, SECONDS_OR_0 = "finite seconds above 0", "finite seconds of at least 0"
 SHARE, NUMBER = "a fraction above 0 and at most 1", "finite numbers above 0"
+# The fields of Limits and FetchTimeouts have a maximum as well (issue 25, point 4).
+MANY = "whole numbers from 1 to 1,000,000"
+SIZE, SIZE_OR_0 = (f"whole numbers from {n} to 1,099,511,627,776 (1 TiB)" for n in (1, 0))
+SPAN = "finite seconds above 0, at most 604,800 (a week)"
+SPAN_OR_0 = "finite seconds from 0 to 604,800 (a week)"
 
 # Issue 12, acceptance 3: every bad bound is refused where it is built, by a
 # message that names the field and what it accepts. One row per case:
@@ -136,7 +142,7 @@ BAD_BOUNDS = [
         "Limits.page_size",
         POSITIVE,
         "2.5",
-        WHOLE,
+        MANY,
     ),
     (
         lambda: trioplay.Limits(page_size=True),
@@ -144,7 +150,7 @@ BAD_BOUNDS = [
         "Limits.page_size",
         POSITIVE,
         "True",
-        WHOLE,
+        MANY,
     ),
     (
         lambda: trioplay.Limits(max_concurrent_rows=0),
@@ -152,7 +158,7 @@ BAD_BOUNDS = [
         "Limits.max_concurrent_rows",
         POSITIVE,
         "0",
-        WHOLE,
+        MANY,
     ),
     (
         lambda: trioplay.Limits(max_concurrent_external_calls=64.0),
@@ -160,7 +166,7 @@ BAD_BOUNDS = [
         "Limits.max_concurrent_external_calls",
         POSITIVE,
         "64.0",
-        WHOLE,
+        MANY,
     ),
     (
         lambda: trioplay.Limits(max_provider_share=0),
@@ -174,7 +180,7 @@ BAD_BOUNDS = [
         lambda: trioplay.Limits(max_provider_share=1.5),
         ValueError,
         "Limits.max_provider_share",
-        POSITIVE,
+        "at most 1",
         "1.5",
         SHARE,
     ),
@@ -192,7 +198,7 @@ BAD_BOUNDS = [
         "Limits.active_rows_budget_bytes",
         POSITIVE,
         "inf",
-        WHOLE,
+        SIZE,
     ),
     (
         lambda: trioplay.Limits(retained_rows_budget_bytes=-1),
@@ -200,7 +206,7 @@ BAD_BOUNDS = [
         "Limits.retained_rows_budget_bytes",
         ZERO_OR_MORE,
         "-1",
-        WHOLE_OR_0,
+        SIZE_OR_0,
     ),
     (
         lambda: trioplay.Limits(writer_buffer_bytes=1.5),
@@ -208,7 +214,7 @@ BAD_BOUNDS = [
         "Limits.writer_buffer_bytes",
         POSITIVE,
         "1.5",
-        WHOLE,
+        SIZE,
     ),
     (
         lambda: trioplay.Limits(writer_max_flush=NAN),
@@ -216,7 +222,7 @@ BAD_BOUNDS = [
         "Limits.writer_max_flush",
         POSITIVE,
         "nan",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.Limits(progress_flush_interval=INF),
@@ -224,7 +230,7 @@ BAD_BOUNDS = [
         "Limits.progress_flush_interval",
         POSITIVE,
         "inf",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.Limits(stall_log_interval=0),
@@ -232,7 +238,7 @@ BAD_BOUNDS = [
         "Limits.stall_log_interval",
         POSITIVE,
         "0",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.Limits(tool_batch_window=-0.001),
@@ -240,7 +246,7 @@ BAD_BOUNDS = [
         "Limits.tool_batch_window",
         ZERO_OR_MORE,
         "-0.001",
-        SECONDS_OR_0,
+        SPAN_OR_0,
     ),
     (
         lambda: trioplay.Limits(tool_batch_window=NAN),
@@ -248,7 +254,7 @@ BAD_BOUNDS = [
         "Limits.tool_batch_window",
         ZERO_OR_MORE,
         "nan",
-        SECONDS_OR_0,
+        SPAN_OR_0,
     ),
     (
         lambda: trioplay.Limits(tool_batch_max=100.5),
@@ -256,7 +262,7 @@ BAD_BOUNDS = [
         "Limits.tool_batch_max",
         POSITIVE,
         "100.5",
-        WHOLE,
+        MANY,
     ),
     (
         lambda: trioplay.Limits(tool_batch_max_bytes=0),
@@ -264,7 +270,7 @@ BAD_BOUNDS = [
         "Limits.tool_batch_max_bytes",
         POSITIVE,
         "0",
-        WHOLE,
+        SIZE,
     ),
     (
         lambda: trioplay.Limits(tool_timeout=-5),
@@ -272,7 +278,7 @@ BAD_BOUNDS = [
         "Limits.tool_timeout",
         POSITIVE,
         "-5",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.Limits(tool_timeout=INF),
@@ -280,7 +286,7 @@ BAD_BOUNDS = [
         "Limits.tool_timeout",
         POSITIVE,
         "inf",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.Limits(lease_ttl=NAN),
@@ -288,7 +294,7 @@ BAD_BOUNDS = [
         "Limits.lease_ttl",
         POSITIVE,
         "nan",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.Limits(receipt_wait_delay=0),
@@ -296,7 +302,7 @@ BAD_BOUNDS = [
         "Limits.receipt_wait_delay",
         POSITIVE,
         "0",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.Limits(receipt_wait_attempts=2.5),
@@ -304,7 +310,7 @@ BAD_BOUNDS = [
         "Limits.receipt_wait_attempts",
         POSITIVE,
         "2.5",
-        WHOLE,
+        MANY,
     ),
     (
         lambda: trioplay.Limits(fetch_max_body_bytes=NAN),
@@ -312,7 +318,7 @@ BAD_BOUNDS = [
         "Limits.fetch_max_body_bytes",
         POSITIVE,
         "nan",
-        WHOLE,
+        SIZE,
     ),
     (
         lambda: trioplay.Limits(fetch_retry_attempts=0),
@@ -320,7 +326,7 @@ BAD_BOUNDS = [
         "Limits.fetch_retry_attempts",
         POSITIVE,
         "0",
-        WHOLE,
+        MANY,
     ),
     (
         lambda: trioplay.Limits(fetch_retry_delay=-1),
@@ -328,7 +334,7 @@ BAD_BOUNDS = [
         "Limits.fetch_retry_delay",
         ZERO_OR_MORE,
         "-1",
-        SECONDS_OR_0,
+        SPAN_OR_0,
     ),
     (
         lambda: trioplay.Limits(cleanup_timeout=INF),
@@ -336,7 +342,7 @@ BAD_BOUNDS = [
         "Limits.cleanup_timeout",
         POSITIVE,
         "inf",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.FetchTimeouts(headers=NAN),
@@ -344,7 +350,7 @@ BAD_BOUNDS = [
         "FetchTimeouts.headers",
         POSITIVE,
         "nan",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.FetchTimeouts(body=-1),
@@ -352,7 +358,7 @@ BAD_BOUNDS = [
         "FetchTimeouts.body",
         POSITIVE,
         "-1",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.FetchTimeouts(total=INF),
@@ -360,7 +366,7 @@ BAD_BOUNDS = [
         "FetchTimeouts.total",
         POSITIVE,
         "inf",
-        SECONDS,
+        SPAN,
     ),
     (
         lambda: trioplay.FetchTimeouts(total="120"),
@@ -368,7 +374,47 @@ BAD_BOUNDS = [
         "FetchTimeouts.total",
         POSITIVE,
         "'120'",
-        SECONDS,
+        SPAN,
+    ),
+    (
+        lambda: trioplay.Limits(page_size=10**30),
+        ValueError,
+        "Limits.page_size",
+        "at most 1,000,000",
+        str(10**30),
+        MANY,
+    ),
+    (
+        lambda: trioplay.Limits(csv_field_limit=2**63),
+        ValueError,
+        "Limits.csv_field_limit",
+        "at most 1,099,511,627,776",
+        str(2**63),
+        SIZE,
+    ),
+    (
+        lambda: trioplay.Limits(writer_max_flush=1e300),
+        ValueError,
+        "Limits.writer_max_flush",
+        "at most 604,800",
+        "1e+300",
+        SPAN,
+    ),
+    (
+        lambda: trioplay.Limits(tool_batch_window=604_801),
+        ValueError,
+        "Limits.tool_batch_window",
+        "at most 604,800",
+        "604801",
+        SPAN_OR_0,
+    ),
+    (
+        lambda: trioplay.FetchTimeouts(total=1e9),
+        ValueError,
+        "FetchTimeouts.total",
+        "at most 604,800",
+        "1000000000.0",
+        SPAN,
     ),
     (lambda: trioplay.Rate(NAN), ValueError, "Rate.n", POSITIVE, "nan", NUMBER),
     (lambda: trioplay.Rate(10, per=0), ValueError, "Rate.per", POSITIVE, "0", NUMBER),
@@ -489,3 +535,99 @@ async def test_text_that_is_not_valid_unicode_fails_its_row_not_the_run(
     assert row["domain"] == "b.example"
     assert "not valid Unicode" in row["_error"], row["_error"]
     assert "\\udce9" in row["_error"], row["_error"]
+
+
+# Issue 25, point 2: ProviderTransientError(category, message="", *, retry_after=None,
+# tool_id=None) checks what it is given, and says what it accepts.
+CATEGORIES = "accepted: 'rate_limit', 'network', 'upstream'"
+BAD_TRANSIENT = [
+    (lambda: trioplay.ProviderTransientError("timeout"), ValueError,
+     f"ProviderTransientError: category must be one of the three, got 'timeout'; {CATEGORIES} "
+     "(the category comes first: ProviderTransientError('network', 'what happened'))"),
+    (lambda: trioplay.ProviderTransientError("rate limited", retry_after=5), ValueError,
+     "got 'rate limited'"),
+    (lambda: trioplay.ProviderTransientError(429), ValueError, "got 429"),  # type: ignore[arg-type]
+    (lambda: trioplay.ProviderTransientError("network", 503), TypeError,  # type: ignore[arg-type]
+     "ProviderTransientError: message must be a string, got 503 (int)"),
+    (lambda: trioplay.ProviderTransientError("rate_limit", retry_after="5"), TypeError,  # type: ignore[arg-type]
+     "ProviderTransientError: retry_after must be seconds (a number) or None, got '5' (str)"),
+    (lambda: trioplay.ProviderTransientError("rate_limit", retry_after=True), TypeError,
+     "retry_after must be seconds (a number) or None, got True (bool)"),
+    (lambda: trioplay.ProviderTransientError("rate_limit", retry_after=-1), ValueError,
+     "ProviderTransientError: retry_after must be finite seconds of at least 0, got -1"),
+    (lambda: trioplay.ProviderTransientError("rate_limit", retry_after=float("nan")), ValueError,
+     "retry_after must be finite seconds of at least 0, got nan"),
+    (lambda: trioplay.ProviderTransientError("upstream", tool_id=7), TypeError,  # type: ignore[arg-type]
+     "ProviderTransientError: tool_id must be a string or None, got 7 (int)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("build", "error", "message"), BAD_TRANSIENT)
+def test_a_bad_provider_transient_error_says_what_it_accepts(
+    build: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as caught:
+        build()
+    assert message in str(caught.value)
+
+
+def test_a_provider_transient_error_copies_and_pickles_as_it_was() -> None:
+    import copy
+    import pickle
+
+    error = trioplay.ProviderTransientError("network", "reset", retry_after=2.5, tool_id="t")
+    timeout = trioplay.ToolTimeout("t", 3.0)
+    for same in (copy.copy(error), pickle.loads(pickle.dumps(error))):
+        assert (type(same), str(same), same.category, same.retry_after, same.tool_id) == (
+            trioplay.ProviderTransientError,
+            "[network] reset",
+            "network",
+            2.5,
+            "t",
+        )
+    for same_timeout in (copy.copy(timeout), pickle.loads(pickle.dumps(timeout))):
+        assert type(same_timeout) is trioplay.ToolTimeout
+        assert str(same_timeout) == str(timeout)
+        assert (same_timeout.category, same_timeout.timeout) == ("upstream", 3.0)
+
+
+async def test_a_tool_raising_a_bad_transient_error_fails_its_row_saying_why() -> None:
+    async def finder(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        raise trioplay.ProviderTransientError("timed out")
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def email(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("finder", {"domain": row["domain"]})
+
+        result = await ctx.dataset("s", [{"domain": "a.example"}]).with_column("e", email).run()
+        return [row async for row in result.rows(status="failed")]
+
+    async with trioplay.open_runtime(store=MemoryStore(), tools=registry(finder=finder)) as rt:
+        [row] = await rt.run(play, {}, run_id="r")
+    assert "category must be one of the three, got 'timed out'" in row["_error"]
+
+
+@pytest.mark.parametrize(
+    ("cls", "field"),
+    [(cls, field.name) for cls in (trioplay.Limits, trioplay.FetchTimeouts)
+     for field in attrs.fields(cls)],
+)  # fmt: skip
+def test_every_bound_has_a_maximum(cls: Any, field: str) -> None:
+    """A value a million times the largest sane one is refused where it is built,
+    not when a page is sliced or a deadline never comes (issue 25, point 4)."""
+    huge = 10**30 if isinstance(getattr(cls(), field), int) else 1e30
+    with pytest.raises(ValueError, match=rf"^{cls.__name__}\.{field} must be at most "):
+        cls(**{field: huge})
+
+
+async def test_a_page_size_past_the_maximum_is_refused_by_run_too() -> None:
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.dataset("s", [{"i": 1}]).run(page_size=10**30)
+
+    async with trioplay.open_runtime(store=MemoryStore()) as rt:
+        with pytest.raises(
+            trioplay.PlayDefinitionError, match=r"^page_size must be at most 1,000,000, got 1000"
+        ):
+            await rt.run(play, {}, run_id="r")

@@ -71,18 +71,20 @@ async def two(ctx, input):
 def test_a_failed_export_exits_3_after_the_summary(tmp_path: Path) -> None:
     play = tmp_path / "two.py"
     play.write_text(TWO)
-    blocker = tmp_path / "blocker"
-    blocker.write_text("a file where a folder should be\n")
+    # --out names out.csv, which is fine; the files it becomes for two datasets
+    # (out.a.csv, out.b.csv) are known after the run, and one is a folder.
+    (tmp_path / "out.a.csv").mkdir()
     store = f"sqlite:///{tmp_path / 's.db'}"
     base = ["run", str(play), "--store", store, "--run-id", "r"]
 
-    done = run_trioplay(*base, "--out", str(blocker / "out.csv"), cwd=tmp_path)
+    done = run_trioplay(*base, "--out", str(tmp_path / "out.csv"), cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     assert done.stdout.startswith("run r: completed (play two, attempt 1)\n")
     assert "  a: 2 completed, 0 failed, 0 skipped; sheet holds 2 completed, 0 failed" in done.stdout
     lines = done.stderr.strip().splitlines()
     [error] = [line for line in lines if line.startswith("error: ")]
-    assert f"writing --out {blocker / 'out.csv'} failed" in error
+    assert f"--out {tmp_path / 'out.a.csv'} is a directory" in error
+    assert f"writing --out {tmp_path / 'out.csv'} failed" in error
     assert lines[-1] == (
         f"the run completed and its rows are in the store: "
         f"trioplay export r DATASET --out FILE --store {store}"

@@ -6,6 +6,7 @@ every one, and tests/test_cli_docs.py keeps it in step with ``--help``.
 Each returns an exit code (``_common``): 0 success, 1 a failed run (or
 an unexpected error, or a scenario whose expectations did not hold), 2 a
 usage or input problem (bad arguments or configuration, a missing file, a bad store URL,
+an output that would write over a file the command reads, or that cannot be written,
 :class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`,
 :class:`~trioplay.RunIdConflict`), 3 a completed run whose ``--out``
 failed, 130 after Ctrl-C (SIGINT), 143 after SIGTERM: during ``run`` and
@@ -31,7 +32,9 @@ point.
 - ``_commands``: the command handlers
 - ``_playfile``: loading a play file, its play and its tools
 - ``_export``: a dataset sheet to CSV or JSON Lines
+- ``_paths``: the outputs of a command, checked before it starts
 - ``_progress``: the progress bar or lines and the end-of-run summary
+- ``_summary``: the end-of-run summary as JSON (``--json``)
 - ``_signals``: Ctrl-C and SIGTERM as the cancellation of a run
 - ``_demo``: the bundled ``enrich-leads`` play and its simulated tools
 - ``_scenario``: ``scenario list`` and ``scenario run`` (virtual-time stall scenarios)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ import trio
 
 from trioplay.stores.sqlite import path_problem
 
+from .._json import canonical_json
 from .._plugins import open_store
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
 from ._common import (
@@ -35,11 +36,21 @@ from ._common import (
     describe_error,
 )
 from ._config import Config, Settings, format_config, load, start_folder
-from ._export import STDOUT, Format, StatusFilter, export_dataset, format_for, open_output
+from ._export import (
+    STDOUT,
+    Exported,
+    Format,
+    StatusFilter,
+    export_dataset,
+    format_for,
+    open_output,
+)
+from ._paths import Guarded, check_outputs, input_files, sqlite_files, store_problem
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
 from ._recording import open_recording
 from ._signals import cancel_on_signals
+from ._summary import summary_data
 
 if TYPE_CHECKING:
     import argparse
@@ -104,9 +115,25 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
 
 def _check_sqlite_path(url: str, path: str) -> None:
     """Refuse a SQLite path that cannot hold a database before the run starts (exit 2)."""
-    problem = path_problem(path)
+    try:
+        problem = path_problem(path) or store_problem(path)
+    except OSError as exc:  # a name too long to look up, and the like
+        problem = f"{exc.strerror}; name another path"
     if problem is not None:
         raise UsageError(f"store {url}: {problem}")
+
+
+def _kept(config: Config) -> list[Guarded]:
+    """The files of a command's configuration that no output may write over."""
+    kept = sqlite_files(config.settings.store)
+    if config.file is not None:
+        kept.append(Guarded("the configuration file", str(config.file)))
+    return kept
+
+
+def _recordings(args: argparse.Namespace) -> list[tuple[str, str | None]]:
+    """The outputs of ``run`` and ``demo``, in the order they are checked."""
+    return [("--events", args.events), ("--trace", args.trace), ("--out", args.out)]
 
 
 @contextlib.asynccontextmanager
@@ -135,6 +162,8 @@ class _RunSpec:
     settings: Settings = attrs.field(factory=Settings)
     events: str | None = None  # --events FILE.jsonl
     trace: str | None = None  # --trace FILE.json
+    kept: tuple[Guarded, ...] = ()  # what no output may write over (see _paths)
+    json: bool = False  # --json: the summary as one JSON object
 
 
 @attrs.frozen
@@ -146,6 +175,7 @@ class _Finished:
     outputs: list[OutputFile]
     run_id: str | None = None
     export_error: Exception | None = None
+    notes: tuple[str, ...] = ()  # lines after the summary: outputs that hold no row
 
 
 def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
@@ -153,6 +183,9 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
 
     store = _store_for(args.store)
     rows: int = _demo.BUNDLED_ROWS if args.rows is None else args.rows
+    with _demo.bundled_csv() as leads:
+        kept = [*sqlite_files(args.store), Guarded("the demo's leads", str(leads))]
+    check_outputs(_recordings(args), kept)
     spec = _RunSpec(
         play=_demo.demo_leads,
         tools=_demo.tools(),
@@ -166,6 +199,8 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
         status=args.status,
         events=args.events,
         trace=args.trace,
+        kept=tuple(kept),
+        json=args.json,
     )
     return _execute(spec, session)
 
@@ -173,8 +208,11 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
 def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
     path, name = split_play_ref(args.play)
     input = _parse_input(args.input, args.csv)
-    settings = _config_for(args, start_folder(path)).settings
+    config = _config_for(args, start_folder(path))
+    settings = config.settings
     store = _store_for(settings.store)
+    kept = [*_kept(config), Guarded("the play file", str(path)), *input_files(input, args.csv)]
+    check_outputs(_recordings(args), kept)
     with _importable_from(path.parent):
         module = load_play_module(path)
         play = find_play(module, path, name)
@@ -191,6 +229,8 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             settings=settings,
             events=args.events,
             trace=args.trace,
+            kept=tuple(kept),
+            json=args.json,
         )
         return _execute(spec, session)
 
@@ -238,15 +278,17 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         reporter.outcome.error = describe_error(error, usage=usage)
     # With --out - the rows are standard output, and the summary moves aside.
     summary = sys.stderr if spec.out == STDOUT else sys.stdout
-    print(
-        format_summary(
-            reporter.outcome,
-            list(reporter.maps.values()),
-            sheets=finished.sheets if finished is not None else {},
-            outputs=finished.outputs if finished is not None else [],
-        ),
-        file=summary,
-    )
+    maps = list(reporter.maps.values())
+    sheets = finished.sheets if finished is not None else {}
+    outputs = finished.outputs if finished is not None else []
+    notes = finished.notes if finished is not None else ()
+    if spec.json:
+        data = summary_data(reporter.outcome, maps, sheets=sheets, outputs=outputs, notes=notes)
+        print(json.dumps(data, ensure_ascii=False), file=summary)
+    else:
+        print(format_summary(reporter.outcome, maps, sheets=sheets, outputs=outputs), file=summary)
+        for note in notes:
+            print(note, file=summary)
     summary.flush()
     if error is not None:
         session.report_error(error, usage=usage)
@@ -317,24 +359,48 @@ async def _run_recorded(
         try:
             datasets = await rt.store.list_datasets(run_id)
             sheets = {name: await rt.store.count_rows(run_id, name) for name in datasets}
+            # A dataset with no row has no sheet to list, and is exported all the same.
+            datasets += [name for name in reporter.maps if name not in datasets]
         except Exception:
             if error is None:
                 raise
             return _Finished(error, {}, [], run_id)
         outputs: list[OutputFile] = []
+        notes: list[str] = []
         if error is not None or spec.out is None or not datasets:
             return _Finished(error, sheets, outputs, run_id)
         try:
-            for name, path in _output_paths(spec.out, datasets).items():
+            paths = _output_paths(spec.out, datasets)
+            if len(paths) > 1:  # names made from --out: checked as --out was
+                check_outputs([("--out", path) for path in paths.values()], _outputs_kept(spec))
+            for name, path in paths.items():
                 fmt = spec.format or format_for(path)
-                count = await export_dataset(
+                exported = await export_dataset(
                     rt.store, run_id, name, path, fmt=fmt, status=spec.status
                 )
-                outputs.append(OutputFile(path, name, count))
+                outputs.append(OutputFile(path, name, exported.rows))
+                if not exported.rows:
+                    notes.append(_no_rows(path, name, spec.status, exported))
         except Exception as exc:
             exc.add_note(f"trioplay: writing --out {spec.out} failed")
             return _Finished(None, sheets, outputs, run_id, export_error=exc)
-        return _Finished(None, sheets, outputs, run_id)
+        return _Finished(None, sheets, outputs, run_id, notes=tuple(notes))
+
+
+def _no_rows(path: str, dataset: str, status: StatusFilter, exported: Exported) -> str:
+    """The line that says an output holds no row, and what it holds instead."""
+    rows = "rows" if status == "all" else f"{status} rows"
+    return f"  {path}: {dataset} has no {rows}, so {_holds(exported)}"
+
+
+def _holds(exported: Exported) -> str:
+    return "it holds the CSV header only" if exported.columns else "it is empty"
+
+
+def _outputs_kept(spec: _RunSpec) -> list[Guarded]:
+    """What the files made from ``--out`` may not write over: ``spec.kept``, the recordings."""
+    recorded = [("--events", spec.events), ("--trace", spec.trace)]
+    return [*spec.kept, *(Guarded(f"the {flag} file", path) for flag, path in recorded if path)]
 
 
 def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, str]:
@@ -354,32 +420,41 @@ def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, str]:
 
 def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
     store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
-    text = trio.run(_runs_table, store, args.limit)
-    print(text)
+    runs = trio.run(_runs_listed, store, args.limit)
+    if args.json:
+        print(json.dumps(runs, ensure_ascii=False, indent=2))
+    elif not runs:
+        print(f"no runs in {store.url}")
+    else:
+        table = [("RUN ID", "PLAY", "STATUS", "ATTEMPT", "UPDATED", "ROWS")]
+        for run in runs:
+            updated = _timestamp(run["updated_at"])
+            row = (run["run_id"], run["play"], run["status"], str(run["attempt"]), updated)
+            table.append((*row, f"{run['rows']:,}"))
+        print(_format_table(table, right=(3, 5)))
     return EXIT_OK
 
 
-async def _runs_table(store: Store, limit: int) -> str:
+async def _runs_listed(store: Store, limit: int) -> list[dict[str, Any]]:
+    """The most recent runs, newest first, as ``runs list --json`` prints them."""
+    listed = []
     async with _opened(store):
-        runs = await store.list_runs(limit=limit)
-        if not runs:
-            return f"no runs in {store.url}"
-        table = [("RUN ID", "PLAY", "STATUS", "ATTEMPT", "UPDATED", "ROWS")]
-        for record in runs:
+        for record in await store.list_runs(limit=limit):
             rows = 0
             for dataset in await store.list_datasets(record.run_id):
                 rows += sum((await store.count_rows(record.run_id, dataset)).values())
-            table.append(
-                (
-                    record.run_id,
-                    record.play,
-                    record.status,
-                    str(record.attempt),
-                    _timestamp(record.updated_at),
-                    f"{rows:,}",
-                )
+            listed.append(
+                {
+                    "run_id": record.run_id,
+                    "play": record.play,
+                    "status": record.status,
+                    "attempt": record.attempt,
+                    "created_at": _iso(record.created_at),
+                    "updated_at": _iso(record.updated_at),
+                    "rows": rows,
+                }
             )
-    return _format_table(table, right=(3, 5))
+    return listed
 
 
 def _format_table(table: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> str:
@@ -394,17 +469,31 @@ def _format_table(table: Sequence[Sequence[str]], *, right: Sequence[int] = ()) 
     return "\n".join(lines)
 
 
-def _timestamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
+def _timestamp(moment: float | str) -> str:
+    """Local time to the second, for tables; ``moment`` as stored, or as :func:`_iso` wrote it."""
+    when = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
+    if isinstance(when, datetime):
+        return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _iso(seconds: float) -> str:
+    """ISO 8601 in UTC, for JSON: ``2026-11-29T13:05:30.123456+00:00``."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat()
 
 
 def _cmd_runs_show(args: argparse.Namespace, session: _Session) -> int:
     store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
-    print(trio.run(_run_details, store, args.run_id))
+    details = trio.run(_run_details, store, args.run_id)
+    if args.json:
+        print(json.dumps(details, ensure_ascii=False, indent=2))
+    else:
+        print(_format_details(details))
     return EXIT_OK
 
 
-async def _run_details(store: Store, run_id: str) -> str:
+async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
+    """One run, as ``runs show --json`` prints it."""
     async with _opened(store):
         record = await store.get_run(run_id)
         if record is None:
@@ -413,31 +502,51 @@ async def _run_details(store: Store, run_id: str) -> str:
             name: await store.count_rows(run_id, name) for name in await store.list_datasets(run_id)
         }
         receipts = await store.count_receipts(run_id)
+    try:
+        stats = json.loads(record.stats_json) if record.stats_json else {}
+    except ValueError:
+        stats = {}
+    return {
+        "run_id": record.run_id,
+        "play": record.play,
+        "status": record.status,
+        "attempts": record.attempt,
+        "created_at": _iso(record.created_at),
+        "updated_at": _iso(record.updated_at),
+        "input": json.loads(record.input_json),
+        "error": record.error or None,
+        "stats": stats if isinstance(stats, dict) else {},
+        "datasets": {
+            name: {"completed": counts.get("completed", 0), "failed": counts.get("failed", 0)}
+            for name, counts in datasets.items()
+        },
+        "receipts": dict(sorted(receipts.items())),
+    }
+
+
+def _format_details(details: dict[str, Any]) -> str:
     lines = [
-        f"run:      {record.run_id}",
-        f"play:     {record.play}",
-        f"status:   {record.status}",
-        f"attempts: {record.attempt}",
-        f"created:  {_timestamp(record.created_at)}",
-        f"updated:  {_timestamp(record.updated_at)}",
-        f"input:    {record.input_json}",
+        f"run:      {details['run_id']}",
+        f"play:     {details['play']}",
+        f"status:   {details['status']}",
+        f"attempts: {details['attempts']}",
+        f"created:  {_timestamp(details['created_at'])}",
+        f"updated:  {_timestamp(details['updated_at'])}",
+        f"input:    {canonical_json(details['input'])}",
     ]
-    if record.error:
-        lines.append(f"error:    {record.error}")
-    if record.stats_json:
-        try:
-            stats = json.loads(record.stats_json)
-        except ValueError:
-            stats = {}
-        if isinstance(stats, dict) and stats:
-            shown = ", ".join(f"{key.replace('_', ' ')} {value:,}" for key, value in stats.items())
-            lines.append(f"stats (last attempt): {shown}")
+    if details["error"]:
+        lines.append(f"error:    {details['error']}")
+    if details["stats"]:
+        stats = details["stats"].items()
+        shown = ", ".join(f"{key.replace('_', ' ')} {value:,}" for key, value in stats)
+        lines.append(f"stats (last attempt): {shown}")
+    datasets = details["datasets"]
     lines.append("datasets:" if datasets else "datasets: none")
     for name, counts in datasets.items():
-        completed, failed = counts.get("completed", 0), counts.get("failed", 0)
-        lines.append(f"  {name}: {completed:,} completed, {failed:,} failed")
+        lines.append(f"  {name}: {counts['completed']:,} completed, {counts['failed']:,} failed")
+    receipts = details["receipts"]
     if receipts:
-        shown = ", ".join(f"{count:,} {status}" for status, count in sorted(receipts.items()))
+        shown = ", ".join(f"{count:,} {status}" for status, count in receipts.items())
         lines.append(f"receipts: {shown}")
     else:
         lines.append("receipts: none")
@@ -448,22 +557,25 @@ async def _run_details(store: Store, run_id: str) -> str:
 
 
 def _cmd_export(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
+    config = _config_for(args, Path.cwd())
+    store = _store_for(config.settings.store, must_exist=True)
     path: str = args.out
+    check_outputs([("--out", path)], _kept(config))
     fmt: Format = args.format or format_for(path)
-    count = trio.run(_export_command, store, args.run_id, args.dataset, path, fmt, args.status)
+    exported = trio.run(_export_command, store, args.run_id, args.dataset, path, fmt, args.status)
     where = "standard output" if path == STDOUT else path
+    rows = "row" if exported.rows == 1 else "rows"
+    line = f"{where}: {exported.rows:,} {rows} of {args.dataset} (run {args.run_id})"
+    if not exported.rows:
+        line += f"; {_holds(exported)}"
     # The rows may be standard output: the report goes to stderr then.
-    print(
-        f"{where}: {count:,} rows of {args.dataset} (run {args.run_id})",
-        file=sys.stderr if path == STDOUT else sys.stdout,
-    )
+    print(line, file=sys.stderr if path == STDOUT else sys.stdout)
     return EXIT_OK
 
 
 async def _export_command(
     store: Store, run_id: str, dataset: str, path: str, fmt: Format, status: StatusFilter
-) -> int:
+) -> Exported:
     async with _opened(store):
         if await store.get_run(run_id) is None:
             raise UsageError(f"no run {run_id!r} in {store.url} (`trioplay runs list` lists them)")
@@ -483,6 +595,7 @@ def _cmd_timeline(args: argparse.Namespace, session: _Session) -> int:
 
     source: str = args.events
     out: str = args.out or str(Path(source).with_suffix(".svg"))
+    check_outputs([("--out", out)], [Guarded("the events file", source)])
     try:
         events = list(read_events(source))
         svg = render_timeline(events)

@@ -24,6 +24,7 @@ that name where the value came from, the key and what it accepts.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import tomllib
 from pathlib import Path
@@ -179,6 +180,12 @@ def _read(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as file:
             return tomllib.load(file)
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise UsageError(
+            f"{_shown(path)}: not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start} (line {line}) cannot be decoded; save the file as UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{_shown(path)}: not valid TOML ({exc})") from None
     except OSError as exc:
@@ -265,13 +272,23 @@ def _problems(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
         for inner in exc.exceptions:
             yield from _problems(inner, path)
     elif isinstance(exc, ForbiddenExtraKeysError):
-        accepted = ", ".join(field.name for field in attrs.fields(exc.cl))
+        names = [field.name for field in attrs.fields(exc.cl)]
         for extra in sorted(exc.extra_fields):
             key = f"{path}.{extra}" if path else extra
             where = f"[{path}]" if path else "the configuration"
-            yield key, f"unknown key; the keys of {where} are: {accepted}"
+            yield (
+                key,
+                f"unknown key{_did_you_mean(extra, names)}; the keys of {where} are: "
+                + (", ".join(names)),
+            )
     else:
         yield path, str(exc)
+
+
+def _did_you_mean(name: str, names: Sequence[str]) -> str:
+    """`` (did you mean page_size?)`` for the nearest of ``names``, or nothing."""
+    near = difflib.get_close_matches(name, names, n=1)
+    return f" (did you mean {near[0]}?)" if near else ""
 
 
 def parse_limit(text: str) -> tuple[str, Any]:
@@ -279,8 +296,13 @@ def parse_limit(text: str) -> tuple[str, Any]:
     name, sep, raw = text.partition("=")
     name = name.strip()
     names = [field.name for field in attrs.fields(Limits)]
-    if not sep or name not in names:
+    if not sep:
         raise ValueError(f"expected NAME=VALUE with NAME one of: {', '.join(names)}")
+    if name not in names:
+        raise ValueError(
+            f"unknown limit {name!r}{_did_you_mean(name, names)}; the limits are: "
+            f"{', '.join(names)}"
+        )
     try:
         value = tomllib.loads(f"value = {raw.strip()}")["value"]
     except tomllib.TOMLDecodeError:

@@ -6,7 +6,8 @@ A symlink is followed to its target (the link stays a link). A FIFO, a
 character device (``/dev/null``, a terminal) or anything else that is not a
 regular file is opened and written as it is. A regular file, or a name that
 does not exist yet, is written beside itself and renamed into place when
-complete, so it is either all there or not there.
+complete, so it is either all there or not there. If that file cannot be
+created, the error (a :class:`UsageError`, exit 2) names the path given.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 import trio
+
+from ._common import UsageError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -52,13 +56,16 @@ async def export_dataset(
     *,
     fmt: Format,
     status: StatusFilter = "completed",
-) -> int:
-    """Write one dataset sheet to ``path`` page by page; return the number of rows.
+) -> Exported:
+    """Write one dataset sheet to ``path`` page by page; say how many rows and columns.
 
     Never holds more than one page of rows. CSV needs its header first, so it
     reads the sheet twice: once for the column names, once to write, and the
-    second pass stops at the last row the first one saw. ``path`` is ``-``
-    for standard output; see the module docstring for the other kinds.
+    second pass stops at the last row the first one saw. When no row has
+    ``status``, the header is that of the sheet's other rows, so that the
+    file still says what its columns are; an empty sheet has none, and its
+    file is empty. ``path`` is ``-`` for standard output; see the module
+    docstring for the other kinds.
     """
     wanted: RowStatus | None = None if status == "all" else status
     last_position: int | None = None
@@ -72,7 +79,8 @@ async def export_dataset(
                     columns.update(dict.fromkeys(_record(row, status)))
                 last_position = page[-1].position
         if last_position is None:
-            last_position = -1  # an empty sheet: a header-less empty file
+            last_position = -1  # no row to write: the header only
+            columns = await _columns_of_any_row(store, run_id, dataset)
         header = [name for name in columns if name not in _EXTRA_COLUMNS]
         header += [name for name in _EXTRA_COLUMNS if name in columns]
     count = 0
@@ -85,7 +93,27 @@ async def export_dataset(
                 records = [_record(row, status) for row in page]
                 await file.write(_page_text(records, fmt, header))
                 count += len(records)
-    return count
+    return Exported(count, len(header))
+
+
+@attrs.frozen
+class Exported:
+    """What :func:`export_dataset` wrote: rows, and columns in the CSV header (0 for JSON Lines)."""
+
+    rows: int
+    columns: int
+
+
+async def _columns_of_any_row(store: Store, run_id: str, dataset: str) -> dict[str, None]:
+    """The data columns of the sheet's first page, whatever the rows' status."""
+    page = await store.read_rows(
+        run_id, dataset, status=None, after_position=-1, limit=_EXPORT_PAGE
+    )
+    columns: dict[str, None] = {}
+    for row in page:
+        data = json.loads(row.data_json)
+        columns.update(dict.fromkeys(data if isinstance(data, dict) else ["value"]))
+    return columns
 
 
 @contextlib.asynccontextmanager
@@ -104,8 +132,8 @@ async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterato
     target = await trio.Path(path).resolve()  # through every symlink
     try:
         mode = (await target.stat()).st_mode
-    except FileNotFoundError:
-        mode = None
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None  # not there (yet): created below
     if mode is not None and stat.S_ISDIR(mode):
         raise IsADirectoryError(f"{path} is a directory")
     if mode is not None and not stat.S_ISREG(mode):
@@ -117,10 +145,19 @@ async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterato
         async with trio.wrap_file(raw) as file:
             yield file
         return
-    await target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.partial")
+    partial = trio.Path(partial_path(target))
     try:
-        async with await partial.open("w", encoding="utf-8", newline="") as file:
+        await target.parent.mkdir(parents=True, exist_ok=True)
+        file = await partial.open("w", encoding="utf-8", newline="")
+    except OSError as exc:
+        # The command checked the path before it started (see _paths); this
+        # is a folder that changed since. Say it of the path given, not of
+        # the partial file.
+        raise UsageError(
+            f"cannot write {path}: {exc.strerror or exc}; name a path in a writable directory"
+        ) from exc
+    try:
+        async with file:
             yield file
         await partial.replace(target)
     except BaseException:
@@ -130,6 +167,12 @@ async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterato
             else:
                 await partial.unlink(missing_ok=True)
         raise
+
+
+def partial_path(target: str | os.PathLike[str]) -> Path:
+    """Where an output to the regular file ``target`` is written until it is complete."""
+    path = Path(target)
+    return path.with_name(f".{path.name}.partial")
 
 
 async def _sheet_pages(

@@ -1,11 +1,17 @@
 """The argument parser: every command, its options and its help text.
 
-Each command sets ``command`` to its handler in ``_commands``.
+Each command sets ``command`` to its handler in ``_commands``. A mistyped
+command or choice gets a "did you mean" (:class:`_Parser`), a run id is
+checked as it is parsed (:func:`check_run_id`).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Any
 
 from .._runtime import DEFAULT_STORE_URL
 from ._commands import (
@@ -44,9 +50,54 @@ example:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose "invalid choice" says the nearest choice.
+
+    Its sub-parsers are made of this class too (``add_subparsers`` takes the
+    parent's class), so a mistyped verb of ``runs`` or ``scenario`` gets it.
+    """
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is None or value in choices:
+            return
+        names = [str(choice) for choice in choices]
+        listed = ", ".join(repr(name) for name in names)
+        near = difflib.get_close_matches(str(value), names, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise argparse.ArgumentError(
+            action, f"invalid choice: {value!r} ({hint}the choices are: {listed})"
+        )
+
+
+def check_run_id(text: str) -> str:
+    """A run id as the command line accepts it: not empty, no control character, no ``/``.
+
+    The run id names the run in the store and in file names people make of
+    it (``trioplay export RUN ...``), and is shown on terminals.
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("a run id must not be empty")
+    if "/" in text:
+        raise argparse.ArgumentTypeError(f"a run id must not contain '/', got {text!r}")
+    control = next((char for char in text if ord(char) < 32 or 127 <= ord(char) < 160), None)
+    if control is not None:
+        raise argparse.ArgumentTypeError(
+            f"a run id must not contain control characters, such as {control!r}, got {text!r}"
+        )
+    return text
+
+
+def _version() -> str:
+    try:
+        return f"trioplay {package_version('trioplay')}"
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "trioplay (version unknown: not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each command sets ``command`` to its handler."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     # SUPPRESS: a subcommand's default must not undo a --debug given before it.
     # The action is shared by every parser made from `common`, so no parser
     # may set_defaults(debug=...): that changes the default of all of them.
@@ -54,10 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
     )
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="trioplay",
         description="Run durable dataset-enrichment plays on Trio.",
         parents=[common],
+    )
+    parser.add_argument(
+        "--version", action="version", version=_version(), help="print the version and exit"
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
@@ -89,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_output_options(demo)
     _add_recording_options(demo)
+    _add_json_option(demo, "print the summary as one JSON object (docs/cli.md has its keys)")
     demo.set_defaults(command=_cmd_demo)
 
     run = commands.add_parser(
@@ -105,7 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_option(run)
     _add_run_settings(run)
     run.add_argument(
-        "--run-id", metavar="RUN", help="the run id (default: derived from the play and input)"
+        "--run-id",
+        metavar="RUN",
+        type=check_run_id,
+        help="the run id (default: derived from the play and input)",
     )
     run.add_argument(
         "--out",
@@ -115,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_output_options(run)
     _add_recording_options(run)
+    _add_json_option(run, "print the summary as one JSON object (docs/cli.md has its keys)")
     run.set_defaults(command=_cmd_run)
 
     timeline = commands.add_parser(
@@ -142,10 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     runs_list.add_argument(
         "--limit", metavar="N", type=_positive_int, default=50, help="at most N runs (default: 50)"
     )
+    _add_json_option(runs_list, "print the runs as a JSON array")
     runs_list.set_defaults(command=_cmd_runs_list)
     runs_show = runs_commands.add_parser("show", parents=[common], help="one run in detail")
-    runs_show.add_argument("run_id", metavar="RUN")
+    runs_show.add_argument("run_id", metavar="RUN", type=check_run_id)
     _add_store_option(runs_show)
+    _add_json_option(runs_show, "print the run as a JSON object")
     runs_show.set_defaults(command=_cmd_runs_show)
 
     export = commands.add_parser(
@@ -158,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
             "as JSON. Failed rows carry `_error`; with --status all, rows carry `_status`."
         ),
     )
-    export.add_argument("run_id", metavar="RUN")
+    export.add_argument("run_id", metavar="RUN", type=check_run_id)
     export.add_argument("dataset", metavar="DATASET")
     export.add_argument(
         "--out", metavar="FILE", required=True, help="the file to write (- for standard output)"
@@ -231,6 +292,10 @@ def _add_recording_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.json",
         help="write a Chrome trace of the run to FILE (opens in Perfetto, chrome://tracing)",
     )
+
+
+def _add_json_option(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--json", action="store_true", help=help)
 
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:

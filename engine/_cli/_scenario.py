@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trioplay.adapters.scenarios import BUILT_IN, find
 
@@ -30,7 +30,7 @@ DEFAULT_OUT = "out/scenarios"
 
 
 def add_scenario_commands(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    commands: argparse._SubParsersAction[Any],
     common: argparse.ArgumentParser,
 ) -> None:
     """The ``scenario`` command and its two verbs."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import PlayDefinitionError
-from .._limits import COUNT
+from .._limits import MANY
 from ._runner import run_map
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class Dataset:
                 f"on_row_error must be 'isolate' or 'fail', got {on_row_error!r}"
             )
         size = page_size if page_size is not None else self._services.limits.page_size
-        problem = COUNT.problem(size)
+        problem = MANY.problem(size)
         if problem is not None:
             raise PlayDefinitionError(f"page_size {problem}")
         return await run_map(
