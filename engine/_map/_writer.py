@@ -42,11 +42,11 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
 from .._errors import StoreError
 from .._trace._records import WriterBatchCommitted, WriterBatchFailed, WriterBatchStarted
+from ._stall import WriterDiagnostics
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -56,17 +56,6 @@ if TYPE_CHECKING:
     from .._records import SheetRow
     from .._store import SheetStore
     from .._trace import Recorder
-
-
-@attrs.frozen
-class WriterDiagnostics:
-    """What the writer is doing now (read by the stall observer)."""
-
-    active_rows: int
-    active_kind: str | None
-    active_started_at: float | None
-    queued_terminal_rows: int
-    blocked_terminal_rows: int
 
 
 class TerminalRow:
