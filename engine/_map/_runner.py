@@ -4,11 +4,11 @@
 runs in its own nursery with its stall observer and its clone of the
 terminal-row writer's send channel; the next page starts once a page has
 started all its rows, so one page's stragglers and last commits never stall
-the rows after them. Rows are admitted by the
-runtime's row limiter (``max_concurrent_rows``, shared by every map of the
-runtime) and byte budget; a row's slot is freed when the terminal-row writer
-admits it. Rows are counted as completed or failed only when their batch has
-committed.
+the rows after them. Rows are admitted by slot and by bytes
+(:class:`RowAdmission`: the runtime's row limiter and byte budget, shared by
+every map of the runtime); a row's admission is given back when the
+terminal-row writer admits it. Rows are counted as completed or failed only
+when their batch has committed.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from .._trace._records import (
     RowTerminal,
     RowWriterAdmitted,
 )
+from ._admission import RowAdmission
 from ._pages import Page, PageLeases
 from ._plan import Plan, RowPlanner
 from ._result import PREVIEW_ROWS, MapResult
@@ -79,33 +80,6 @@ async def run_map(
     """Run the rows of ``source`` not yet completed through ``columns``."""
     services.receipts.raise_if_ended()  # a dataset of a context kept past its run
     return await _MapRun(services, name, source, columns, key, on_row_error, page_size).run()
-
-
-class _RowSizes:
-    """Estimates what a row will cost in memory, from the rows finished so far.
-
-    A row's reservation is ``_OVERHEAD`` times the running mean size of the
-    last rows as JSON (the JSON text, the parsed values and the receipt
-    payload live at once); before any row finished it is ``_INITIAL``.
-    """
-
-    _OVERHEAD = 3
-    _WINDOW = 64
-    _INITIAL = 64 * 1024
-
-    def __init__(self) -> None:
-        self._mean = 0.0
-        self._count = 0
-
-    def observe(self, size: int) -> None:
-        self._count += 1
-        weight = 1 / min(self._count, self._WINDOW)
-        self._mean += (size - self._mean) * weight
-
-    def estimate(self) -> int:
-        if self._count == 0:
-            return self._INITIAL
-        return max(1024, int(self._mean * self._OVERHEAD))
 
 
 class _MapRun:
@@ -145,7 +119,7 @@ class _MapRun:
             services.emit,
             services.cleanup,
         )
-        self.sizes = _RowSizes()
+        self.admission = RowAdmission(services.row_limiter, services.row_budget)
         self.total: int | None = None
         self.writer = TerminalRowWriter(
             services.store,
@@ -323,8 +297,7 @@ class _MapRun:
                 store_calls=services.store_calls,
                 loop_watch=services.loop_watch,
             )
-            limiter = services.row_limiter
-            budget = services.row_budget
+            admission = self.admission
             trace = self.trace
             if trace is not None:
                 trace.add(PageStarted, self.name, offset, len(planned))
@@ -340,18 +313,9 @@ class _MapRun:
                         while planned:
                             position, key, data = planned.pop()
                             token = object()
-                            try:
-                                limiter.acquire_on_behalf_of_nowait(token)
-                            except trio.WouldBlock:
-                                await limiter.acquire_on_behalf_of(token)
-                            try:
-                                estimate = self.sizes.estimate()
-                                reserved = budget.try_acquire(estimate)
-                                if reserved is None:
-                                    reserved = await budget.acquire(estimate)
-                            except BaseException:
-                                limiter.release_on_behalf_of(token)
-                                raise
+                            reserved = admission.try_admit(token)
+                            if not reserved:  # no slot free (None), or no bytes (0)
+                                reserved = await admission.admit(token, has_slot=reserved == 0)
                             page.outstanding += 1
                             if trace is not None:
                                 trace.add(RowAdmitted, self.name, offset, key)
@@ -388,14 +352,13 @@ class _MapRun:
         token: object,
         reserved: int,
     ) -> None:
-        services = self.services
         try:
             row, failure = await self._resolve(page, position, key, data)
             if self.trace is not None:
                 self.trace.add(RowTerminal, self.name, key, row.status)
             terminal_token = page.observer.terminal_queued(key)
             size = len(row.data_json) + len(key) + 64
-            self.sizes.observe(size)
+            self.admission.observe(size)
             # Keep the row itself only while someone may still want it in memory.
             keep = (
                 data
@@ -413,8 +376,7 @@ class _MapRun:
             page.row_settled()
             raise
         finally:
-            services.row_limiter.release_on_behalf_of(token)
-            services.row_budget.release(reserved)
+            self.admission.release(token, reserved)
         if failure is not None and self.on_row_error == "fail":
             failure.add_note(f"trioplay: dataset {self.name!r}, row {key!r} failed")
             raise failure
