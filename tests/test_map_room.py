@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
 from trioplay._budget import ByteBudget
 from trioplay._map._admission import RowAdmission
+from trioplay._map._pages import Page, PageState
+from trioplay._map._plan import Plan
+
+
+class _Observer:
+    """The one hook of the stall observer a page calls on commit."""
+
+    def __init__(self) -> None:
+        self.committed: list[int] = []
+
+    def terminal_committed(self, token: int) -> None:
+        self.committed.append(token)
+
+
+def _page(offset: int = 0) -> Page:
+    return Page(offset, Plan([]), _Observer(), None)  # type: ignore[arg-type]
 
 
 # -- admission ----------------------------------------------------------------
@@ -74,3 +91,61 @@ async def test_admit_waits_for_the_slot_then_for_the_bytes(
         budget.release(80_000)
     assert admitted_at == [2.0]
     assert (limiter.borrowed_tokens, budget.used) == (0, 0)
+
+
+# -- page states --------------------------------------------------------------
+def test_a_page_runs_starting_running_drained() -> None:
+    page = _page()
+    assert page.state is PageState.STARTING
+    page.outstanding = 2
+    page.all_started()
+    assert page.state is PageState.RUNNING
+    page.row_committed(7, completed=True)
+    page.row_committed(8, completed=False)
+    assert page.state is PageState.DRAINED
+    assert page.settled.is_set()
+    assert page.failed == 1
+    assert page.observer.committed == [7, 8]  # type: ignore[attr-defined]
+
+
+def test_a_page_with_no_rows_in_flight_drains_once_all_started() -> None:
+    page = _page()
+    page.all_started()
+    assert page.state is PageState.DRAINED
+
+
+def test_a_page_lost_or_released_while_starting_stays_so() -> None:
+    lost, released = _page(), _page()
+    lost.move(PageState.LOST)
+    released.move(PageState.RELEASED)
+    for page in (lost, released):
+        page.all_started()  # its last rows started before the cancellation landed
+        assert page.state in (PageState.LOST, PageState.RELEASED)
+        assert not page.settled.is_set()
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [
+        ([], PageState.DRAINED),  # rows may still be starting
+        ([PageState.LOST], PageState.RUNNING),
+        ([PageState.RELEASED], PageState.LOST),
+        ([PageState.RUNNING, PageState.DRAINED], PageState.RELEASED),
+        ([PageState.RUNNING, PageState.LOST], PageState.DRAINED),
+    ],
+)
+def test_a_move_missing_from_the_table_is_refused(
+    path: list[PageState], refused: PageState
+) -> None:
+    page = _page(offset=40)
+    for state in path:
+        page.move(state)
+    with pytest.raises(RuntimeError, match=f"page at row 40: no move from .* to {refused}"):
+        page.move(refused)
+
+
+def test_a_drained_page_can_still_be_lost() -> None:
+    page = _page()
+    page.all_started()
+    page.move(PageState.LOST)
+    assert page.state is PageState.LOST

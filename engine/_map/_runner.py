@@ -50,7 +50,7 @@ from .._trace._records import (
     RowWriterAdmitted,
 )
 from ._admission import RowAdmission
-from ._pages import Page, PageLeases
+from ._pages import Page, PageLeases, PageState
 from ._plan import Plan, RowPlanner
 from ._result import PREVIEW_ROWS, MapResult
 from ._stall import MapStallObserver
@@ -264,7 +264,7 @@ class _MapRun:
                 return None if claim == "held" else _DONE
         assert isinstance(claim, PageLease)
         spawned = trio.Event()
-        start_soon(pages, self._run_page, plan.rows, claim, spawned)
+        start_soon(pages, self._run_page, plan, claim, spawned)
         await trio.lowlevel.checkpoint()
         return spawned
 
@@ -278,12 +278,7 @@ class _MapRun:
         return plan
 
     # -- one page -----------------------------------------------------------
-    async def _run_page(
-        self,
-        planned: list[tuple[int, str, dict[str, Any]]],
-        lease: PageLease,
-        spawned: trio.Event,
-    ) -> None:
+    async def _run_page(self, plan: Plan, lease: PageLease, spawned: trio.Event) -> None:
         offset = lease.offset
         services = self.services
         page: Page | None = None
@@ -299,10 +294,11 @@ class _MapRun:
             )
             admission = self.admission
             trace = self.trace
+            planned = plan.rows
             if trace is not None:
                 trace.add(PageStarted, self.name, offset, len(planned))
             with self.writer.sender() as sender:
-                page = Page(offset, observer, sender)
+                page = Page(offset, plan, observer, sender)
                 async with open_nursery() as nursery:
                     await start(nursery, observer.run)
                     start_soon(nursery, self.pages.keep, lease, page, nursery.cancel_scope)
@@ -322,13 +318,11 @@ class _MapRun:
                             start_soon(
                                 rows, self._run_row, page, position, key, data, token, reserved
                             )
-                        page.spawning_done = True
+                        page.all_started()
                         spawned.set()
-                        if page.outstanding == 0:
-                            page.settled.set()
                     await page.settled.wait()
                     nursery.cancel_scope.cancel()
-            if page.lost:
+            if page.state is PageState.LOST:
                 if self.trace is not None:
                     self.trace.add(PageFinished, self.name, offset, "lost")
                 return
@@ -339,7 +333,7 @@ class _MapRun:
             if self.trace is not None:
                 self.trace.add(PageFinished, self.name, offset, "failed")
             spawned.set()  # the pages after it must not wait for it
-            if page is None or not page.released:
+            if page is None or page.state is not PageState.RELEASED:
                 await self.pages.release(lease)
             raise
 
@@ -384,10 +378,10 @@ class _MapRun:
     async def _resolve(
         self, page: Page, position: int, key: str, data: dict[str, Any]
     ) -> tuple[SheetRow, Exception | None]:
-        rejected = self.planner.rejected
-        if rejected and key in rejected:  # a bad key: the row fails, its columns never run
-            error = rejected.pop(key)
-            return self._failed_row(position, key, data, error), error
+        if page.plan.rejected:  # rows whose key field is missing or empty
+            error = page.plan.rejection(key)
+            if error is not None:  # the row fails, its columns never run
+                return self._failed_row(position, key, data, error), error
         observer = page.observer
         observer_token = observer.resolver_started(key)
         if self.trace is not None:
@@ -448,11 +442,10 @@ class _MapRun:
             page: Page = item.page
             if row.status == "completed":
                 result.count_committed(row.position, row.data_json, item.size, item.data)
+                page.row_committed(item.token, True)
             else:
                 result.failed_count += 1
-                page.failed += 1
-            page.observer.terminal_committed(item.token)
-            page.row_settled()
+                page.row_committed(item.token, False)
         self.progress_dirty = True
 
     def _stalled(self, report: dict[str, Any]) -> None:
