@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 import trio
@@ -25,10 +25,11 @@ if TYPE_CHECKING:
 
     from .._cleanup import CleanupBudget
     from .._limits import Limits
+    from .._run import RunServices
     from .._store import PageStore
     from ._plan import Plan
+    from ._report import MapReport
     from ._stall import MapStallObserver
-    from ._writer import TerminalRowSender
 
 log = logging.getLogger("trioplay")
 
@@ -84,7 +85,6 @@ class Page:
     offset: int
     plan: Plan
     observer: MapStallObserver
-    sender: TerminalRowSender
     state: PageState = STARTING
     outstanding: int = 0  # rows started and not yet settled
     failed: int = 0  # rows committed as failed
@@ -131,8 +131,23 @@ class PageLeases:
     attempt: int
     limits: Limits
     wall_clock: Callable[[], float]
-    emit: Callable[[str, dict[str, Any]], None]
+    report: MapReport
     cleanup: CleanupBudget
+
+    @classmethod
+    def of_map(cls, services: RunServices, dataset: str, report: MapReport) -> PageLeases:
+        """The page leases of the map of ``dataset`` in the run of ``services``."""
+        return cls(
+            services.store,
+            services.run_id,
+            dataset,
+            services.owner,
+            services.attempt,
+            services.limits,
+            services.wall_clock,
+            report,
+            services.cleanup,
+        )
 
     async def claim(
         self, offset: int, *, reopen: bool = False
@@ -197,13 +212,7 @@ class PageLeases:
                 continue
             if expiry is None:
                 page.move(LOST)
-                log.warning(
-                    "dataset %r: the page at row %d passed to another process; "
-                    "its unfinished rows are left to it",
-                    self.dataset,
-                    lease.offset,
-                )
-                self.emit("map.page_lost", {"map": self.dataset, "page_offset": lease.offset})
+                self.report.page_lost(lease.offset)
                 scope.cancel()
                 return
 
