@@ -116,7 +116,7 @@ class TerminalRowSender:
 
 
 class TerminalRowWriter:
-    """The writer of one map: see the module docstring; opened by :func:`open_terminal_writer`.
+    """The writer of one map: see the module docstring; run by :class:`open_terminal_writer`.
 
     ``on_commit(batch)`` is told of every batch once it committed, and
     ``on_unconfirmed(count)`` of the rows of a write whose outcome is unknown.
