@@ -53,7 +53,8 @@ async def test_admission_takes_a_slot_and_the_estimate_then_gives_both_back() ->
     reserved = admission.try_admit(token)
     assert reserved == 64 * 1024  # before any row finished
     assert (limiter.borrowed_tokens, budget.used) == (1, reserved)
-    admission.release(token, reserved)
+    admission.release_slot(token)
+    admission.release_bytes(reserved)
     assert (limiter.borrowed_tokens, budget.used) == (0, 0)
     for _ in range(64):
         admission.observe(1000)
@@ -68,7 +69,8 @@ async def test_a_row_admitted_without_waiting_says_what_it_lacks() -> None:
     # No slot: nothing taken.
     assert admission.try_admit(object()) is None
     assert (limiter.borrowed_tokens, budget.used) == (1, 64 * 1024)
-    admission.release(first, 64 * 1024)
+    admission.release_slot(first)
+    admission.release_bytes(64 * 1024)
     # A slot but no bytes (someone else holds them): the slot is kept, for admit().
     assert budget.try_acquire(90_000) == 90_000
     second = object()
@@ -97,13 +99,15 @@ async def test_admit_waits_for_the_slot_then_for_the_bytes(
         reserved = await admission.admit(token)
         assert reserved == 90_000
         admitted_at.append(trio.current_time())
-        admission.release(token, reserved)
+        admission.release_slot(token)
+        admission.release_bytes(reserved)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(second)
         await trio.sleep(1)
         assert budget.try_acquire(80_000) == 80_000  # bytes taken while it waits for a slot
-        admission.release(first, held)  # the slot is free, the bytes are not
+        admission.release_slot(first)  # the slot is free, the bytes are not
+        admission.release_bytes(held)
         await trio.sleep(1)
         assert admitted_at == []
         assert limiter.borrowed_tokens == 1  # it holds the slot while it waits for bytes

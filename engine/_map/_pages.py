@@ -117,7 +117,10 @@ class Page:
         if not completed:
             self.failed += 1
         self.observer.terminal_committed(token)
-        self.row_settled()
+        # row_settled(), inline: this runs once per row.
+        self.outstanding -= 1
+        if self.outstanding == 0 and self.state is RUNNING:
+            self.move(DRAINED)
 
 
 @attrs.define(eq=False)

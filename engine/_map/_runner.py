@@ -309,14 +309,14 @@ class _MapRun:
         token: object,
         reserved: int,
     ) -> None:
-        report = self.report
+        report, admission = self.report, self.admission
         try:
             row, failure = await self._resolve(page, position, key, data)
             if report.trace is not None:
                 report.row_terminal(key, row.status)
             terminal_token = page.observer.terminal_queued(key)
             size = len(row.data_json) + len(key) + 64
-            self.admission.observe(size)
+            admission.observe(size)
             # Keep the row itself only while someone may still want it in memory.
             keep = (
                 data
@@ -334,7 +334,8 @@ class _MapRun:
             page.row_settled()
             raise
         finally:
-            self.admission.release(token, reserved)
+            admission.release_slot(token)
+            admission.release_bytes(reserved)
         if failure is not None and self.on_row_error == "fail":
             failure.add_note(f"trioplay: dataset {self.name!r}, row {key!r} failed")
             raise failure
@@ -361,7 +362,15 @@ class _MapRun:
                 if inspect.isawaitable(value):
                     value = await value
                 data[column] = value
-            text = _as_json(data, self.columns, self.limits.active_rows_budget_bytes)
+            try:
+                text = dumps(data)
+            except (TypeError, ValueError):
+                raise _not_serialisable(data, self.columns) from None
+            if len(text) > (limit := self.limits.active_rows_budget_bytes):
+                raise MapMemoryLimitError(
+                    f"the row is {len(text):,} bytes as JSON, more than "
+                    f"active_rows_budget_bytes={limit:,}"
+                )
         except _FATAL as exc:
             exc.add_note(f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}")
             raise
@@ -371,19 +380,6 @@ class _MapRun:
             leave_row(row_phase)
             observer.resolver_finished(observer_token)
         return SheetRow(key, position, "completed", text, None, attempt), None
-
-
-def _as_json(data: dict[str, Any], columns: Columns, limit: int) -> str:
-    """A finished row as JSON text; raises if it cannot be stored, or not in ``limit`` bytes."""
-    try:
-        text = dumps(data)
-    except (TypeError, ValueError):
-        raise _not_serialisable(data, columns) from None
-    if len(text) > limit:
-        raise MapMemoryLimitError(
-            f"the row is {len(text):,} bytes as JSON, more than active_rows_budget_bytes={limit:,}"
-        )
-    return text
 
 
 def _failed_row(
