@@ -36,7 +36,7 @@ from ._map import Dataset as Dataset
 from ._map import MapResult as MapResult
 from ._map import Row as Row
 from ._map._stall import MapStallObserver as MapStallObserver
-from ._map._writer import WriterDiagnostics as WriterDiagnostics
+from ._map._stall import WriterDiagnostics as WriterDiagnostics
 from ._records import Claimed as Claimed
 from ._records import ClaimOutcome as ClaimOutcome
 from ._records import ClaimRequest as ClaimRequest

@@ -1,8 +1,11 @@
 """The map: a dataset's rows through their resolvers into the durable sheet.
 
-``_dataset`` (the builder) -> ``_runner`` (pages, admission, resolvers,
-commits) -> ``_pages`` (page leases), ``_plan`` (which rows run), ``_writer``
-(the terminal-row writer behind a memory channel), ``_stall`` (the stall
+``_dataset`` (the builder) -> ``_runner`` (the map's life, its pages and
+rows) -> ``_admission`` (row slots and bytes), ``_pages`` (pages, their
+states and leases), ``_plan`` (which rows run), ``_writer`` (the
+terminal-row writer behind a memory channel, opened by
+``open_terminal_writer``), ``_ledger`` (the counts, changed as rows
+commit), ``_report`` (every event the map emits), ``_stall`` (the stall
 observer) and ``_result`` (what the map produced).
 """
 

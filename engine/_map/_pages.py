@@ -4,13 +4,15 @@ A map runs its rows in pages of ``page_size``. Each page is leased in the
 store so that several processes can share a map (docs/scale-out.md): a page
 is claimed before its rows start, renewed every ``lease_ttl / 2`` while they
 run, finished (with its failed-row count) when they are all committed, and
-released if the page ends any other way.
+released if the page ends any other way. A running :class:`Page` says where
+it is in that life by its :class:`PageState`.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 import trio
@@ -23,31 +25,102 @@ if TYPE_CHECKING:
 
     from .._cleanup import CleanupBudget
     from .._limits import Limits
+    from .._run import RunServices
     from .._store import PageStore
+    from ._plan import Plan
+    from ._report import MapReport
     from ._stall import MapStallObserver
-    from ._writer import TerminalRowSender
 
 log = logging.getLogger("trioplay")
 
 
+class PageState(enum.Enum):
+    """Where a running page is in its life.
+
+    ==============  ======================================================
+    from            to, and who moves it
+    ==============  ======================================================
+    ``STARTING``    ``RUNNING`` (every row started: the runner),
+                    ``LOST``, ``RELEASED``
+    ``RUNNING``     ``DRAINED`` (its last row settled), ``LOST``,
+                    ``RELEASED``
+    ``DRAINED``     ``LOST`` (the lease was found gone before the page was
+                    finished in the store; its rows are committed anyway)
+    ``LOST``        nothing: the lease passed to another process
+                    (:meth:`PageLeases.keep`) and the page's unfinished
+                    rows are cancelled and left to it
+    ``RELEASED``    nothing: the page was cancelled with rows unfinished
+                    and its lease given back (:meth:`PageLeases.keep`)
+    ==============  ======================================================
+
+    A page is finished in the store only from ``DRAINED``.
+    """
+
+    STARTING = "starting"  # its rows are being admitted and started
+    RUNNING = "running"  # every row started, some not yet settled
+    DRAINED = "drained"  # every row settled: the page can be finished
+    LOST = "lost"  # its lease passed to another process
+    RELEASED = "released"  # cancelled with rows unfinished, its lease given back
+
+
+STARTING = PageState.STARTING
+RUNNING = PageState.RUNNING
+DRAINED = PageState.DRAINED
+LOST = PageState.LOST
+RELEASED = PageState.RELEASED
+
+_MOVES: dict[PageState, frozenset[PageState]] = {
+    STARTING: frozenset({RUNNING, LOST, RELEASED}),
+    RUNNING: frozenset({DRAINED, LOST, RELEASED}),
+    DRAINED: frozenset({LOST}),
+    LOST: frozenset(),
+    RELEASED: frozenset(),
+}
+
+
 @attrs.define(eq=False)
 class Page:
-    """One running page: its rows in flight, their failures, and how it ends."""
+    """One running page: its plan, its state, its rows in flight and their failures."""
 
     offset: int
+    plan: Plan
     observer: MapStallObserver
-    sender: TerminalRowSender
-    outstanding: int = 0
-    failed: int = 0
-    spawning_done: bool = False
-    lost: bool = False
-    released: bool = False  # its lease was given back while its rows were cancelled
-    settled: trio.Event = attrs.field(factory=trio.Event)
+    state: PageState = STARTING
+    outstanding: int = 0  # rows started and not yet settled
+    failed: int = 0  # rows committed as failed
+    settled: trio.Event = attrs.field(factory=trio.Event)  # set on DRAINED
+
+    def move(self, to: PageState) -> None:
+        """Move the page to ``to``; a move the table of :class:`PageState` lacks is a bug."""
+        if to not in _MOVES[self.state]:
+            raise RuntimeError(f"page at row {self.offset}: no move from {self.state} to {to}")
+        self.state = to
+        if to is DRAINED:
+            self.settled.set()
+
+    def all_started(self) -> None:
+        """Every row of the page has started (a page lost or released meanwhile stays so)."""
+        if self.state is not STARTING:
+            return
+        self.move(RUNNING)
+        if self.outstanding == 0:
+            self.move(DRAINED)
 
     def row_settled(self) -> None:
+        """A row ended: committed, or failed before it reached the writer."""
         self.outstanding -= 1
-        if self.spawning_done and self.outstanding == 0:
-            self.settled.set()
+        if self.outstanding == 0 and self.state is RUNNING:
+            self.move(DRAINED)
+
+    def row_committed(self, token: int, completed: bool) -> None:
+        """A row of the page committed (``token`` is its stall observer's)."""
+        if not completed:
+            self.failed += 1
+        self.observer.terminal_committed(token)
+        # row_settled(), inline: this runs once per row.
+        self.outstanding -= 1
+        if self.outstanding == 0 and self.state is RUNNING:
+            self.move(DRAINED)
 
 
 @attrs.define(eq=False)
@@ -61,8 +134,23 @@ class PageLeases:
     attempt: int
     limits: Limits
     wall_clock: Callable[[], float]
-    emit: Callable[[str, dict[str, Any]], None]
+    report: MapReport
     cleanup: CleanupBudget
+
+    @classmethod
+    def of_map(cls, services: RunServices, dataset: str, report: MapReport) -> PageLeases:
+        """The page leases of the map of ``dataset`` in the run of ``services``."""
+        return cls(
+            services.store,
+            services.run_id,
+            dataset,
+            services.owner,
+            services.attempt,
+            services.limits,
+            services.wall_clock,
+            report,
+            services.cleanup,
+        )
 
     async def claim(
         self, offset: int, *, reopen: bool = False
@@ -115,25 +203,19 @@ class PageLeases:
                     [lease], lease_ttl=ttl, now=self.wall_clock()
                 )
             except trio.Cancelled:
-                if not page.settled.is_set():
+                if page.state is not DRAINED:
                     # Cancelled with rows unfinished: give the page up now,
                     # while the rows clean up, not after them (the two share
                     # one cleanup budget).
-                    page.released = True
+                    page.move(RELEASED)
                     await self.release(lease)
                 raise
             except Exception as exc:
                 log.warning("page lease heartbeat failed: %s", exc)
                 continue
             if expiry is None:
-                page.lost = True
-                log.warning(
-                    "dataset %r: the page at row %d passed to another process; "
-                    "its unfinished rows are left to it",
-                    self.dataset,
-                    lease.offset,
-                )
-                self.emit("map.page_lost", {"map": self.dataset, "page_offset": lease.offset})
+                page.move(LOST)
+                self.report.page_lost(lease.offset)
                 scope.cancel()
                 return
 

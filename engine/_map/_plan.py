@@ -18,13 +18,24 @@ if TYPE_CHECKING:
 
 @attrs.define(eq=False)
 class Plan:
-    """The rows of a page to run, as ``(position, key, data)``, and what was skipped."""
+    """The rows of a page to run, as ``(position, key, data)``, and what was skipped.
+
+    A row whose key field is missing or empty runs under a stand-in key from
+    its position, and its error waits in :attr:`rejected` under that key:
+    the runner takes it (:meth:`rejection`) and fails the row with it
+    instead of running its columns.
+    """
 
     rows: list[tuple[int, str, dict[str, Any]]]
     skipped: int = 0
     duplicates: int = 0
     # The sheet holds completed rows this attempt never saw (an earlier attempt's).
     foreign: bool = False
+    rejected: dict[str, PlayInputError] = attrs.field(factory=dict)
+
+    def rejection(self, key: str) -> PlayInputError | None:
+        """The error of the row under ``key`` if its key was bad (once), else ``None``."""
+        return self.rejected.pop(key, None)
 
 
 @attrs.define(eq=False)
@@ -47,10 +58,10 @@ class RowPlanner:
     key_field: str | None
     attempt: int
     in_flight: set[str] = attrs.field(factory=set)
-    rejected: dict[str, PlayInputError] = attrs.field(factory=dict)
 
     async def plan(self, chunk: list[Any], offset: int) -> Plan:
         keyed: list[tuple[int, str, dict[str, Any]]] = []
+        rejected: dict[str, PlayInputError] = {}
         for index, raw in enumerate(chunk):
             position = offset + index
             if not isinstance(raw, dict | Mapping):  # dict first: no ABC check
@@ -58,7 +69,7 @@ class RowPlanner:
                     f"dataset {self.dataset!r} row {position}: expected a mapping of fields, "
                     f"got {type(raw).__name__}"
                 )
-            keyed.append((position, self.key_of(raw, position), dict(raw)))
+            keyed.append((position, self.key_of(raw, position, rejected), dict(raw)))
         # Keys in flight before the sheet read are duplicates; a key that
         # commits during the read is in the sheet by then.
         in_flight = self.in_flight
@@ -67,7 +78,7 @@ class RowPlanner:
             self.run_id, self.dataset, list({key for _, key, _ in keyed})
         )
         attempt = self.attempt
-        plan = Plan([])
+        plan = Plan([], rejected=rejected)
         for position, key, data in keyed:
             entry = entries.get(key)
             if key in busy or key in in_flight:
@@ -84,13 +95,16 @@ class RowPlanner:
                 plan.rows.append((position, key, data))
         return plan
 
-    def key_of(self, raw: Mapping[str, Any], position: int) -> str:
+    def key_of(
+        self, raw: Mapping[str, Any], position: int, rejected: dict[str, PlayInputError]
+    ) -> str:
+        """The row's key; a stand-in for a missing one, its error put in ``rejected``."""
         if self.key_field is None:
             return str(position)
         value = raw.get(self.key_field)
         if value is None or value == "":
             key = f"<no key: row {position}>"
-            self.rejected[key] = self._key_error(raw, position)
+            rejected[key] = self._key_error(raw, position)
             return key
         return value if isinstance(value, str) else dumps(value)
 
@@ -111,7 +125,6 @@ class RowPlanner:
     def give_back(self, plan: Plan) -> None:
         for _, key, _ in plan.rows:
             self.in_flight.discard(key)
-            self.rejected.pop(key, None)
 
     def done(self, key: str) -> None:
         self.in_flight.discard(key)

@@ -121,10 +121,9 @@ class MapResult:
                 return
             after = batch[-1].position
 
-    # -- the runner's side ----------------------------------------------------
-    def count_committed(self, position: int, text: str, size: int, data: Any) -> None:
-        """A completed row committed: count it, keep it for the preview and the cache."""
-        self.completed_count += 1
+    # -- the commit ledger's side (it alone changes the counts) ---------------
+    def keep(self, position: int, text: str, size: int, data: Any) -> None:
+        """A completed row committed: keep it for the preview and the cache."""
         if data is not None and len(self.preview) < PREVIEW_ROWS:
             self.preview.append(data)
         if not self._retained.add(position, text, size):

@@ -1,14 +1,15 @@
-"""Running a map: pages, row admission, the resolver chain, commits, progress.
+"""Running a map: pages, the resolver chain, the hand-off to the writer.
 
 ``run_map`` reads source rows lazily in pages of ``page_size``. Each page
 runs in its own nursery with its stall observer and its clone of the
 terminal-row writer's send channel; the next page starts once a page has
 started all its rows, so one page's stragglers and last commits never stall
-the rows after them. Rows are admitted by the
-runtime's row limiter (``max_concurrent_rows``, shared by every map of the
-runtime) and byte budget; a row's slot is freed when the terminal-row writer
-admits it. Rows are counted as completed or failed only when their batch has
-committed.
+the rows after them. Rows are admitted by slot and by bytes
+(:class:`RowAdmission`: the runtime's row limiter and byte budget, shared by
+every map of the runtime); a row's admission is given back when the
+terminal-row writer admits it. Rows are counted as completed or failed only
+when their batch has committed (:class:`CommitLedger`), and every event the
+map emits goes through its :class:`MapReport`.
 """
 
 from __future__ import annotations
@@ -35,28 +36,17 @@ from .._phase import enter_row, leave_row
 from .._records import PageLease, SheetRow
 from .._row_context import RowContext
 from .._sources import open_source
-from .._trace._cause import stall_cause
-from .._trace._records import (
-    MapFinished,
-    MapProgress,
-    MapStall,
-    MapStarted,
-    PageFinished,
-    PageStarted,
-    RowAdmitted,
-    RowCommitted,
-    RowResolverStarted,
-    RowTerminal,
-    RowWriterAdmitted,
-)
-from ._pages import Page, PageLeases
+from ._admission import RowAdmission
+from ._ledger import CommitLedger
+from ._pages import Page, PageLeases, PageState
 from ._plan import Plan, RowPlanner
+from ._report import MapReport
 from ._result import PREVIEW_ROWS, MapResult
 from ._stall import MapStallObserver
-from ._writer import TerminalRow, TerminalRowWriter
+from ._writer import TerminalRow, TerminalRowWriter, open_terminal_writer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator
 
     from .._run import RunServices
     from ._types import Columns, OnRowError
@@ -76,152 +66,104 @@ async def run_map(
     on_row_error: OnRowError,
     page_size: int,
 ) -> MapResult:
-    """Run the rows of ``source`` not yet completed through ``columns``."""
-    services.receipts.raise_if_ended()  # a dataset of a context kept past its run
-    return await _MapRun(services, name, source, columns, key, on_row_error, page_size).run()
+    """Run the rows of ``source`` not yet completed through ``columns``.
 
-
-class _RowSizes:
-    """Estimates what a row will cost in memory, from the rows finished so far.
-
-    A row's reservation is ``_OVERHEAD`` times the running mean size of the
-    last rows as JSON (the JSON text, the parsed values and the receipt
-    payload live at once); before any row finished it is ``_INITIAL``.
+    The map's life: its source opened, its writer and progress task running
+    while :class:`_MapRun` runs the pages, its counts reported at the end
+    (also of a map that failed).
     """
-
-    _OVERHEAD = 3
-    _WINDOW = 64
-    _INITIAL = 64 * 1024
-
-    def __init__(self) -> None:
-        self._mean = 0.0
-        self._count = 0
-
-    def observe(self, size: int) -> None:
-        self._count += 1
-        weight = 1 / min(self._count, self._WINDOW)
-        self._mean += (size - self._mean) * weight
-
-    def estimate(self) -> int:
-        if self._count == 0:
-            return self._INITIAL
-        return max(1024, int(self._mean * self._OVERHEAD))
+    services.receipts.raise_if_ended()  # a dataset of a context kept past its run
+    limits = services.limits
+    report = MapReport(services.run_id, name, services.emit, services.trace)
+    planner = RowPlanner(services.store, services.run_id, name, key, services.attempt)
+    result = MapResult(
+        dataset=name,
+        run_id=services.run_id,
+        sheet=services.store,
+        retained_budget=limits.retained_rows_budget_bytes,
+    )
+    ledger = CommitLedger(result, planner.done, report)
+    writer = TerminalRowWriter(
+        services.store,
+        services.run_id,
+        name,
+        buffer_bytes=limits.writer_buffer_bytes,
+        max_flush=limits.writer_max_flush,
+        cleanup=services.cleanup,
+        on_commit=ledger.committed,
+        on_unconfirmed=ledger.unconfirmed_rows,
+        report=report,
+    )
+    status = "failed"
+    try:
+        if name in services.datasets:
+            # An earlier map of this attempt wrote rows to this sheet that
+            # this one will skip: rows() must read them from the sheet.
+            ledger.forget_retained()
+        services.datasets.add(name)
+        opened = await open_source(name, source)
+        report.started(opened.total)
+        try:
+            async with open_nursery() as nursery:
+                async with open_terminal_writer(writer):
+                    interval = limits.progress_flush_interval
+                    start_soon(nursery, report.keep_reporting, interval, ledger.counts)
+                    pages = _MapRun(
+                        services,
+                        name,
+                        columns,
+                        on_row_error,
+                        page_size,
+                        planner=planner,
+                        ledger=ledger,
+                        report=report,
+                        writer=writer,
+                    )
+                    await pages.run_pages(opened.rows, opened.reread)
+                nursery.cancel_scope.cancel()
+        finally:
+            # The last counts, also of a map that failed, and of one whose
+            # writer failed.
+            report.progress(ledger.counts())
+        services.receipts.raise_if_latched(f"dataset {name!r}")
+        report.finished(ledger.counts())
+        status = "completed"
+        return result
+    finally:
+        report.ended(status, ledger.counts())
 
 
 class _MapRun:
+    """The pages and rows of one map: schedule pages, run a page, resolve a row, hand it on."""
+
     def __init__(
         self,
         services: RunServices,
         name: str,
-        source: Any,
         columns: Columns,
-        key: str | None,
         on_row_error: OnRowError,
         page_size: int,
+        *,
+        planner: RowPlanner,
+        ledger: CommitLedger,
+        report: MapReport,
+        writer: TerminalRowWriter,
     ) -> None:
         self.services = services
-        self.trace = services.trace  # tested at each emit point: None when nobody listens
         self.name = name
-        self.source = source
         self.columns = columns
         self.on_row_error = on_row_error
         self.page_size = page_size
-        self.limits = limits = services.limits
-        self.result = MapResult(
-            dataset=name,
-            run_id=services.run_id,
-            sheet=services.store,
-            retained_budget=limits.retained_rows_budget_bytes,
-        )
-        self.planner = RowPlanner(services.store, services.run_id, name, key, services.attempt)
-        self.pages = PageLeases(
-            services.store,
-            services.run_id,
-            name,
-            services.owner,
-            services.attempt,
-            limits,
-            services.wall_clock,
-            services.emit,
-            services.cleanup,
-        )
-        self.sizes = _RowSizes()
-        self.total: int | None = None
-        self.writer = TerminalRowWriter(
-            services.store,
-            services.run_id,
-            name,
-            buffer_bytes=limits.writer_buffer_bytes,
-            max_flush=limits.writer_max_flush,
-            cleanup=services.cleanup,
-            on_commit=self._on_commit,
-            trace=services.trace,
-        )
-        self.progress_dirty = False
+        self.limits = services.limits
+        self.planner = planner
+        self.ledger = ledger
+        self.result = ledger.result  # read for the preview, never counted here
+        self.report = report
+        self.writer = writer
+        self.admission = RowAdmission(services.row_limiter, services.row_budget)
+        self.pages = PageLeases.of_map(services, name, self.report)
 
-    # -- the whole map ------------------------------------------------------
-    async def run(self) -> MapResult:
-        trace = self.trace
-        if trace is None:
-            return await self._run()
-        status = "failed"
-        try:
-            result = await self._run()
-            status = "completed"
-            return result
-        finally:
-            r = self.result
-            trace.add(
-                MapFinished,
-                self.name,
-                status,
-                r.completed_count,
-                r.failed_count,
-                r.skipped_count,
-                r.duplicate_count,
-                self.writer.unconfirmed,
-            )
-
-    async def _run(self) -> MapResult:
-        if self.name in self.services.datasets:
-            # An earlier map of this attempt wrote rows to this sheet that
-            # this one will skip: rows() must read them from the sheet.
-            self.result.forget_retained()
-        self.services.datasets.add(self.name)
-        opened = await open_source(self.name, self.source)
-        self.total = opened.total
-        emit = self.services.emit
-        emit("map.started", {"map": self.name, "total": self.total})
-        if self.trace is not None:
-            self.trace.add(MapStarted, self.services.run_id, self.name, self.total)
-        error: Exception | None = None
-        try:
-            async with open_nursery() as nursery:
-                await start(nursery, self.writer.run)
-                start_soon(nursery, self._report_progress)
-                try:
-                    await self._run_pages(opened.rows, opened.reread)
-                except Exception as exc:
-                    error = exc
-                finally:
-                    self.writer.close_input()
-                if not isinstance(error, (StoreError, PersistenceLatchTripped)):
-                    await self.writer.finished.wait()
-                # Else the store failed: waiting for each write it still owes could
-                # take a store deadline apiece; cancelling leaves the writer one
-                # bounded try (its final flush) at what it admitted.
-                nursery.cancel_scope.cancel()
-        finally:
-            # The last counts, also of a map that failed, and of one whose
-            # writer failed (its error leaves the nursery before this line).
-            self._progress()
-        if error is not None:
-            raise error
-        self.services.receipts.raise_if_latched(f"dataset {self.name!r}")
-        emit("map.finished", self._counts())
-        return self.result
-
-    async def _run_pages(
+    async def run_pages(
         self, rows: Iterator[Any], reread: Callable[[int, int], list[Any]] | None
     ) -> None:
         """Lease and run every page; pages held by a live peer are run last, if at all.
@@ -280,7 +222,8 @@ class _MapRun:
             claim = await self.pages.claim(offset)
         if claim == "held":
             return None
-        plan = await self._plan(chunk, offset)
+        plan = await self.planner.plan(chunk, offset)
+        self.ledger.planned(plan)
         if claim == "done":
             if not plan.rows:
                 return _DONE
@@ -290,28 +233,14 @@ class _MapRun:
                 return None if claim == "held" else _DONE
         assert isinstance(claim, PageLease)
         spawned = trio.Event()
-        start_soon(pages, self._run_page, plan.rows, claim, spawned)
+        start_soon(pages, self._run_page, plan, claim, spawned)
         await trio.lowlevel.checkpoint()
         return spawned
 
-    async def _plan(self, chunk: list[Any], offset: int) -> Plan:
-        plan = await self.planner.plan(chunk, offset)
-        result = self.result
-        result.skipped_count += plan.skipped
-        result.duplicate_count += plan.duplicates
-        if plan.foreign:
-            result.forget_retained()
-        return plan
-
     # -- one page -----------------------------------------------------------
-    async def _run_page(
-        self,
-        planned: list[tuple[int, str, dict[str, Any]]],
-        lease: PageLease,
-        spawned: trio.Event,
-    ) -> None:
+    async def _run_page(self, plan: Plan, lease: PageLease, spawned: trio.Event) -> None:
         offset = lease.offset
-        services = self.services
+        report = self.report
         page: Page | None = None
         try:
             observer = MapStallObserver(
@@ -319,83 +248,75 @@ class _MapRun:
                 page_offset=offset,
                 interval=self.limits.stall_log_interval,
                 writer_diagnostics=self.writer.diagnostics,
-                emit=self._stalled,
-                store_calls=services.store_calls,
-                loop_watch=services.loop_watch,
+                emit=report.stalled,
+                store_calls=self.services.store_calls,
+                loop_watch=self.services.loop_watch,
             )
-            limiter = services.row_limiter
-            budget = services.row_budget
-            trace = self.trace
-            if trace is not None:
-                trace.add(PageStarted, self.name, offset, len(planned))
+            report.page_started(offset, len(plan.rows))
             with self.writer.sender() as sender:
-                page = Page(offset, observer, sender)
+                page = Page(offset, plan, observer)
                 async with open_nursery() as nursery:
                     await start(nursery, observer.run)
                     start_soon(nursery, self.pages.keep, lease, page, nursery.cancel_scope)
                     async with open_nursery() as rows:
-                        # Consume the plan as rows start: a finished row's data must
-                        # not stay alive until its whole page ends.
-                        planned.reverse()
-                        while planned:
-                            position, key, data = planned.pop()
-                            token = object()
-                            try:
-                                limiter.acquire_on_behalf_of_nowait(token)
-                            except trio.WouldBlock:
-                                await limiter.acquire_on_behalf_of(token)
-                            try:
-                                estimate = self.sizes.estimate()
-                                reserved = budget.try_acquire(estimate)
-                                if reserved is None:
-                                    reserved = await budget.acquire(estimate)
-                            except BaseException:
-                                limiter.release_on_behalf_of(token)
-                                raise
-                            page.outstanding += 1
-                            if trace is not None:
-                                trace.add(RowAdmitted, self.name, offset, key)
-                            start_soon(
-                                rows, self._run_row, page, position, key, data, token, reserved
-                            )
-                        page.spawning_done = True
+                        await self._start_rows(rows, page, sender.send)
+                        page.all_started()
                         spawned.set()
-                        if page.outstanding == 0:
-                            page.settled.set()
                     await page.settled.wait()
                     nursery.cancel_scope.cancel()
-            if page.lost:
-                if self.trace is not None:
-                    self.trace.add(PageFinished, self.name, offset, "lost")
+            if page.state is PageState.LOST:
+                report.page_finished(offset, "lost")
                 return
             await self.pages.finish(lease, page)
-            if self.trace is not None:
-                self.trace.add(PageFinished, self.name, offset, "done")
+            report.page_finished(offset, "done")
         except BaseException:
-            if self.trace is not None:
-                self.trace.add(PageFinished, self.name, offset, "failed")
+            report.page_finished(offset, "failed")
             spawned.set()  # the pages after it must not wait for it
-            if page is None or not page.released:
+            if page is None or page.state is not PageState.RELEASED:
                 await self.pages.release(lease)
             raise
+
+    async def _start_rows(
+        self, rows: trio.Nursery, page: Page, send: Callable[[TerminalRow], Awaitable[None]]
+    ) -> None:
+        """Admit and start each row of the page's plan, in order."""
+        admission = self.admission
+        report = self.report
+        traced = report.trace is not None
+        offset = page.offset
+        # Consume the plan as rows start: a finished row's data must not stay
+        # alive until its whole page ends.
+        planned = page.plan.rows
+        planned.reverse()
+        while planned:
+            position, key, data = planned.pop()
+            token = object()
+            reserved = admission.try_admit(token)
+            if not reserved:  # no slot free (None), or no bytes (0)
+                reserved = await admission.admit(token, has_slot=reserved == 0)
+            page.outstanding += 1
+            if traced:
+                report.row_admitted(offset, key)
+            start_soon(rows, self._run_row, page, send, position, key, data, token, reserved)
 
     async def _run_row(
         self,
         page: Page,
+        send: Callable[[TerminalRow], Awaitable[None]],
         position: int,
         key: str,
         data: dict[str, Any],
         token: object,
         reserved: int,
     ) -> None:
-        services = self.services
+        report, admission = self.report, self.admission
         try:
             row, failure = await self._resolve(page, position, key, data)
-            if self.trace is not None:
-                self.trace.add(RowTerminal, self.name, key, row.status)
+            if report.trace is not None:
+                report.row_terminal(key, row.status)
             terminal_token = page.observer.terminal_queued(key)
             size = len(row.data_json) + len(key) + 64
-            self.sizes.observe(size)
+            admission.observe(size)
             # Keep the row itself only while someone may still want it in memory.
             keep = (
                 data
@@ -405,16 +326,16 @@ class _MapRun:
             # The row now lives in row.data_json: a row waiting for admission
             # must not hold its parsed values as well.
             del data
-            await page.sender.send(TerminalRow(row, size, page, terminal_token, keep))
+            await send(TerminalRow(row, size, page, terminal_token, keep))
             page.observer.terminal_admitted(terminal_token)
-            if self.trace is not None:
-                self.trace.add(RowWriterAdmitted, self.name, key)
+            if report.trace is not None:
+                report.row_writer_admitted(key)
         except BaseException:
             page.row_settled()
             raise
         finally:
-            services.row_limiter.release_on_behalf_of(token)
-            services.row_budget.release(reserved)
+            admission.release_slot(token)
+            admission.release_bytes(reserved)
         if failure is not None and self.on_row_error == "fail":
             failure.add_note(f"trioplay: dataset {self.name!r}, row {key!r} failed")
             raise failure
@@ -422,14 +343,15 @@ class _MapRun:
     async def _resolve(
         self, page: Page, position: int, key: str, data: dict[str, Any]
     ) -> tuple[SheetRow, Exception | None]:
-        rejected = self.planner.rejected
-        if rejected and key in rejected:  # a bad key: the row fails, its columns never run
-            error = rejected.pop(key)
-            return self._failed_row(position, key, data, error), error
+        attempt = self.services.attempt
+        if page.plan.rejected:  # rows whose key field is missing or empty
+            error = page.plan.rejection(key)
+            if error is not None:  # the row fails, its columns never run
+                return _failed_row(position, key, data, error, attempt), error
         observer = page.observer
         observer_token = observer.resolver_started(key)
-        if self.trace is not None:
-            self.trace.add(RowResolverStarted, self.name, key)
+        if self.report.trace is not None:
+            self.report.row_resolver_started(key)
         rc = RowContext(self.services, self.name, key)
         # The row's phase, for the governor and fetch that run its calls in this task.
         row_phase = enter_row(observer.row_phase(observer_token))
@@ -444,88 +366,34 @@ class _MapRun:
                 text = dumps(data)
             except (TypeError, ValueError):
                 raise _not_serialisable(data, self.columns) from None
-            if len(text) > self.limits.active_rows_budget_bytes:
+            if len(text) > (limit := self.limits.active_rows_budget_bytes):
                 raise MapMemoryLimitError(
                     f"the row is {len(text):,} bytes as JSON, more than "
-                    f"active_rows_budget_bytes={self.limits.active_rows_budget_bytes:,}"
+                    f"active_rows_budget_bytes={limit:,}"
                 )
         except _FATAL as exc:
             exc.add_note(f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}")
             raise
         except Exception as exc:
-            return self._failed_row(position, key, data, exc), exc
+            return _failed_row(position, key, data, exc, attempt), exc
         finally:
             leave_row(row_phase)
             observer.resolver_finished(observer_token)
-        return SheetRow(key, position, "completed", text, None, self.services.attempt), None
+        return SheetRow(key, position, "completed", text, None, attempt), None
 
-    def _failed_row(
-        self, position: int, key: str, data: dict[str, Any], exc: Exception
-    ) -> SheetRow:
-        kept: dict[str, Any] = {}
-        for name, value in data.items() if not isinstance(exc, MapMemoryLimitError) else ():
-            try:
-                dumps(value)
-            except (TypeError, ValueError):
-                continue
-            kept[name] = value
-        return SheetRow(
-            key, position, "failed", dumps(kept), format_error(exc), self.services.attempt
-        )
 
-    # -- commits ------------------------------------------------------------
-    def _on_commit(self, batch: list[TerminalRow]) -> None:
-        result = self.result
-        done = self.planner.done
-        trace = self.trace
-        for item in batch:
-            row = item.row
-            done(row.key)
-            if trace is not None:
-                trace.add(RowCommitted, self.name, row.key, row.status)
-            page: Page = item.page
-            if row.status == "completed":
-                result.count_committed(row.position, row.data_json, item.size, item.data)
-            else:
-                result.failed_count += 1
-                page.failed += 1
-            page.observer.terminal_committed(item.token)
-            page.row_settled()
-        self.progress_dirty = True
-
-    def _stalled(self, report: dict[str, Any]) -> None:
-        """A page's stall line: the ``map.stall`` event, and its typed record."""
-        self.services.emit("map.stall", report)
-        if self.trace is not None:
-            phase = str(report.get("oldest_phase"))
-            cause = stall_cause(report)
-            self.trace.add(MapStall, self.name, report["page_offset"], phase, cause, dict(report))
-
-    def _counts(self) -> dict[str, Any]:
-        r = self.result
-        return {
-            "map": self.name,
-            "completed": r.completed_count,
-            "failed": r.failed_count,
-            "skipped": r.skipped_count,
-            "duplicates": r.duplicate_count,
-            "unconfirmed": self.writer.unconfirmed,
-            "total": self.total,
-        }
-
-    async def _report_progress(self) -> None:
-        """Emit ``map.progress`` every ``progress_flush_interval`` while counts change."""
-        while True:
-            await trio.sleep(self.limits.progress_flush_interval)
-            if self.progress_dirty:
-                self.progress_dirty = False
-                self._progress()
-
-    def _progress(self) -> None:
-        counts = self._counts()
-        self.services.emit("map.progress", counts)
-        if self.trace is not None:
-            self.trace.add(MapProgress, *counts.values())
+def _failed_row(
+    position: int, key: str, data: dict[str, Any], exc: Exception, attempt: int
+) -> SheetRow:
+    """The sheet row of a failed row: its error, and its fields that are JSON."""
+    kept: dict[str, Any] = {}
+    for name, value in data.items() if not isinstance(exc, MapMemoryLimitError) else ():
+        try:
+            dumps(value)
+        except (TypeError, ValueError):
+            continue
+        kept[name] = value
+    return SheetRow(key, position, "failed", dumps(kept), format_error(exc), attempt)
 
 
 def _not_serialisable(data: dict[str, Any], columns: Columns) -> RowOutputNotJsonSerializable:

@@ -38,6 +38,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 
 from .._phase import Phase, RowPhase
@@ -47,12 +48,22 @@ if TYPE_CHECKING:
 
     from .._loop_lag import LoopWatch
     from .._phase import StoreCalls
-    from ._writer import WriterDiagnostics
 
 log = logging.getLogger("trioplay.stall")
 
 # An unsettled item: since when, its phase, and its row key, tool and provider.
 _Item = tuple[float, str, str | None, str | None, str | None]
+
+
+@attrs.frozen
+class WriterDiagnostics:
+    """What the writer is doing now (read by the stall observer)."""
+
+    active_rows: int
+    active_kind: str | None
+    active_started_at: float | None
+    queued_terminal_rows: int
+    blocked_terminal_rows: int
 
 
 def _ms(seconds: float) -> int:

@@ -6,7 +6,10 @@ its own clone of the send side with :meth:`TerminalRowWriter.sender` and
 closes it when its rows are done, and the writer ends on end-of-channel,
 after committing the last rows it received. :meth:`TerminalRowWriter.admit`
 sends through the writer's own send side (tests and single producers);
-:meth:`TerminalRowWriter.close_input` closes it.
+:meth:`TerminalRowWriter.close_input` closes it. A map opens its writer with
+:class:`open_terminal_writer`, which runs the writer's task in a nursery of
+its own and decides, as the block is left, whether to wait for the writer's
+last commits or to cancel it.
 
 Admission is by bytes, not by count: the channel's count buffer is unbounded
 and a sender waits while the rows sent but not yet taken into a batch hold
@@ -32,8 +35,8 @@ one last shielded attempt, within the run's cleanup budget (what is left of
 admitted. Rows of a write that may or may not have taken effect (its
 commit was sent but never confirmed, it was cancelled mid-flight and the
 retry failed, or the retry ran out of time) are neither committed nor lost:
-``unconfirmed`` counts them, and the map reports the count, since a rerun
-finds them in the sheet or runs them again.
+``on_unconfirmed`` is told their count, and the map reports it, since a
+rerun finds them in the sheet or runs them again.
 """
 
 from __future__ import annotations
@@ -42,11 +45,11 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
-from .._errors import StoreError
-from .._trace._records import WriterBatchCommitted, WriterBatchFailed, WriterBatchStarted
+from .._errors import PersistenceLatchTripped, StoreError
+from .._groups import open_nursery, start
+from ._stall import WriterDiagnostics
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -55,18 +58,8 @@ if TYPE_CHECKING:
     from .._cleanup import CleanupBudget
     from .._records import SheetRow
     from .._store import SheetStore
-    from .._trace import Recorder
-
-
-@attrs.frozen
-class WriterDiagnostics:
-    """What the writer is doing now (read by the stall observer)."""
-
-    active_rows: int
-    active_kind: str | None
-    active_started_at: float | None
-    queued_terminal_rows: int
-    blocked_terminal_rows: int
+    from ._pages import Page
+    from ._report import MapReport
 
 
 class TerminalRow:
@@ -75,7 +68,7 @@ class TerminalRow:
     __slots__ = ("data", "page", "row", "size", "token")
 
     def __init__(
-        self, row: SheetRow, size: int, page: Any, token: int, data: dict[str, Any] | None
+        self, row: SheetRow, size: int, page: Page, token: int, data: dict[str, Any] | None
     ) -> None:
         self.row = row
         self.size = size
@@ -85,24 +78,30 @@ class TerminalRow:
 
 
 class TerminalRowSender:
-    """One producer's clone of the writer's send side; close it (or use ``with``) when done."""
+    """One producer's clone of the writer's send side; close it (or use ``with``) when done.
 
-    __slots__ = ("_channel", "_writer", "send")
+    Made by :meth:`TerminalRowWriter.sender`, which hands it the two things
+    it needs of the writer: its send (``send(channel, row)``) and its
+    wake-up (``closed()``: the writer may be waiting for the end of input).
+    """
+
+    __slots__ = ("_channel", "_closed", "send")
 
     def __init__(
-        self, writer: TerminalRowWriter, channel: trio.MemorySendChannel[TerminalRow]
+        self,
+        channel: trio.MemorySendChannel[TerminalRow],
+        send: Callable[[trio.MemorySendChannel[TerminalRow], TerminalRow], Awaitable[None]],
+        closed: Callable[[], None],
     ) -> None:
-        self._writer = writer
         self._channel = channel
+        self._closed = closed
         # ``await sender.send(row)`` hands a row to the writer and returns once
         # it is admitted; bound once here, so a send costs no extra frame.
-        self.send: Callable[[TerminalRow], Awaitable[None]] = functools.partial(
-            writer._send, channel
-        )
+        self.send: Callable[[TerminalRow], Awaitable[None]] = functools.partial(send, channel)
 
     def close(self) -> None:
         self._channel.close()
-        self._writer._poke()  # the writer may be waiting for the end of input
+        self._closed()
 
     def __enter__(self) -> TerminalRowSender:
         return self
@@ -117,6 +116,12 @@ class TerminalRowSender:
 
 
 class TerminalRowWriter:
+    """The writer of one map: see the module docstring; run by :class:`open_terminal_writer`.
+
+    ``on_commit(batch)`` is told of every batch once it committed, and
+    ``on_unconfirmed(count)`` of the rows of a write whose outcome is unknown.
+    """
+
     def __init__(
         self,
         store: SheetStore,
@@ -127,9 +132,10 @@ class TerminalRowWriter:
         max_flush: float,
         cleanup: CleanupBudget,
         on_commit: Callable[[list[TerminalRow]], None],
-        trace: Recorder | None = None,
+        on_unconfirmed: Callable[[int], None] | None = None,
+        report: MapReport | None = None,
     ) -> None:
-        self._trace = trace
+        self._report = report
         self._store = store
         self._run_id = run_id
         self._dataset = dataset
@@ -137,6 +143,7 @@ class TerminalRowWriter:
         self._max_flush = max_flush
         self._cleanup = cleanup
         self._on_commit = on_commit
+        self._on_unconfirmed = on_unconfirmed
         self._input, self._output = trio.open_memory_channel[TerminalRow](math.inf)
         self._buffered_bytes = 0  # sent, not yet taken into a batch
         self._buffered_rows = 0
@@ -147,13 +154,12 @@ class TerminalRowWriter:
         self._active_started_at: float | None = None
         self._blocked = 0
         self.error: BaseException | None = None
-        self.unconfirmed = 0  # rows of a failed write that may have committed
         self.finished = trio.Event()
 
     # -- producers ----------------------------------------------------------
     def sender(self) -> TerminalRowSender:
         """A clone of the send side for one producer (a page)."""
-        return TerminalRowSender(self, self._input.clone())
+        return TerminalRowSender(self._input.clone(), self._send, self._poke)
 
     async def admit(self, item: TerminalRow) -> None:
         """Send ``item`` through the writer's own send side."""
@@ -250,8 +256,9 @@ class TerminalRowWriter:
     async def _write(self, batch: list[TerminalRow]) -> None:
         self._active = batch
         self._active_started_at = trio.current_time()
-        if self._trace is not None:
-            self._traced(WriterBatchStarted, batch, sum(item.size for item in batch))
+        report = self._report
+        if report is not None:
+            report.batch_started(batch)
         try:
             await self._store.write_terminal_rows(
                 self._run_id, self._dataset, [item.row for item in batch]
@@ -262,20 +269,20 @@ class TerminalRowWriter:
             self.error = exc
             unknown = isinstance(exc, StoreError) and exc.outcome_unknown
             if unknown:
-                self.unconfirmed = len(batch)
+                self._unconfirmed(len(batch))
             self._active = []
-            if self._trace is not None:
-                self._traced(WriterBatchFailed, batch, type(exc).__name__, unknown)
+            if report is not None:
+                report.batch_failed(batch, type(exc).__name__, unknown)
             raise
         self._active = []
         self._active_started_at = None
-        if self._trace is not None:
-            self._traced(WriterBatchCommitted, batch)
+        if report is not None:
+            report.batch_committed(batch)
         self._on_commit(batch)
 
-    def _traced(self, kind: type[Any], batch: list[TerminalRow], *more: Any) -> None:
-        assert self._trace is not None
-        self._trace.add(kind, self._dataset, len(batch), *more)
+    def _unconfirmed(self, count: int) -> None:
+        if self._on_unconfirmed is not None:
+            self._on_unconfirmed(count)
 
     async def _final_flush(self, taken: list[TerminalRow]) -> None:
         # Rows whose write was cancelled may or may not have committed; writing
@@ -285,8 +292,9 @@ class TerminalRowWriter:
         self._active = []
         if not batch or self.error is not None:
             return
-        if self._trace is not None:
-            self._traced(WriterBatchStarted, batch, sum(item.size for item in batch))
+        report = self._report
+        if report is not None:
+            report.batch_started(batch)
         with self._cleanup.shielded() as scope:
             try:
                 await self._store.write_terminal_rows(
@@ -294,15 +302,85 @@ class TerminalRowWriter:
                 )
             except Exception as exc:
                 unknown = isinstance(exc, StoreError) and exc.outcome_unknown
-                self.unconfirmed = len(batch) if unknown else len(cancelled)
-                if self._trace is not None:
-                    self._traced(WriterBatchFailed, batch, type(exc).__name__, unknown)
+                self._unconfirmed(len(batch) if unknown else len(cancelled))
+                if report is not None:
+                    report.batch_failed(batch, type(exc).__name__, unknown)
                 return
         if scope.cancelled_caught:
-            self.unconfirmed = len(batch)
-            if self._trace is not None:
-                self._traced(WriterBatchFailed, batch, "Cancelled", True)
+            self._unconfirmed(len(batch))
+            if report is not None:
+                report.batch_failed(batch, "Cancelled", True)
         else:
-            if self._trace is not None:
-                self._traced(WriterBatchCommitted, batch)
+            if report is not None:
+                report.batch_committed(batch)
             self._on_commit(batch)
+
+
+class open_terminal_writer:
+    """``async with open_terminal_writer(TerminalRowWriter(...)) as writer:`` it runs.
+
+    The writer's task runs in a nursery this context manager owns, started
+    with ``nursery.start`` before the block begins, so no row is sent to a
+    writer not yet ready. Leaving the block closes the writer's own send side
+    (each page closes its clone itself), and then:
+
+    - normally, or with an error that is not the store's: waits until the
+      writer has committed every row it was given and ended (those rows
+      count; the block's error is raised after);
+    - with a :class:`StoreError` or :class:`PersistenceLatchTripped`:
+      cancels the writer at once, since waiting for each write it still
+      owes could take a store deadline apiece; the writer makes one bounded
+      try (its final flush) at what it admitted;
+    - with a ``BaseException`` (cancellation, Ctrl-C): cancels the writer
+      the same way.
+
+    A failure of the writer itself is raised in place of the block's error.
+    A class rather than an ``asynccontextmanager``, with ``__aenter__`` and
+    ``__aexit__`` protected from ``KeyboardInterrupt``, for the reason given
+    in :class:`~trioplay._groups.open_nursery`.
+    """
+
+    __slots__ = ("_nursery", "_scope", "writer")
+
+    def __init__(self, writer: TerminalRowWriter) -> None:
+        self.writer = writer
+        self._nursery = open_nursery()
+        self._scope: trio.CancelScope | None = None
+
+    @trio.lowlevel.enable_ki_protection
+    async def __aenter__(self) -> TerminalRowWriter:
+        nursery = await self._nursery.__aenter__()
+        self._scope = nursery.cancel_scope
+        try:
+            await start(nursery, self.writer.run)
+        except BaseException as exc:
+            await self._nursery.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self.writer
+
+    @trio.lowlevel.enable_ki_protection
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        writer = self.writer
+        writer.close_input()
+        if exc is not None and not isinstance(exc, Exception):
+            # Cancelled or Ctrl-C: the nursery cancels the writer as the error passes.
+            return await self._nursery.__aexit__(exc_type, exc, traceback)
+        if isinstance(exc, (StoreError, PersistenceLatchTripped)):
+            assert self._scope is not None
+            self._scope.cancel()
+        else:
+            try:
+                await writer.finished.wait()
+            except BaseException as stopped:
+                # The writer failed (its nursery was cancelled), or we were cancelled.
+                if await self._nursery.__aexit__(type(stopped), stopped, stopped.__traceback__):
+                    return False
+                raise
+        # The writer's own failure, if any, is raised here, in place of ``exc``.
+        await self._nursery.__aexit__(None, None, None)
+        return False

@@ -1,0 +1,182 @@
+"""What a map tells the world: every event the map room emits, in one place.
+
+A map speaks on two streams: :class:`~trioplay.RuntimeEvent` (``services.emit``,
+for ``on_event`` listeners) and the typed records of :mod:`trioplay._trace`
+(``trace.add``, when a recorder listens). :class:`MapReport` is the only
+code of the room that writes to either: the runner, the page leases, the
+stall observer (through its ``emit`` hook) and the terminal-row writer call
+its methods, so a change to the streams changes this file alone.
+
+The per-row methods (``row_*``) record only typed events, and only when
+:attr:`MapReport.trace` is set; their callers test it first, so a map that
+nobody records pays one attribute read per row and no call.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+import trio
+
+from .._trace._cause import stall_cause
+from .._trace._records import (
+    MapFinished,
+    MapProgress,
+    MapStall,
+    MapStarted,
+    PageFinished,
+    PageStarted,
+    RowAdmitted,
+    RowCommitted,
+    RowResolverStarted,
+    RowTerminal,
+    RowWriterAdmitted,
+    WriterBatchCommitted,
+    WriterBatchFailed,
+    WriterBatchStarted,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from .._records import SheetRow
+    from .._trace import Recorder
+
+log = logging.getLogger("trioplay")
+
+
+class MapCounts(NamedTuple):
+    """A map's counts so far (see :class:`~._ledger.CommitLedger`), in the events' order."""
+
+    completed: int
+    failed: int
+    skipped: int
+    duplicates: int
+    unconfirmed: int
+
+
+class _Batched(Protocol):
+    """A row of a writer batch, as the report reads it (a ``TerminalRow``)."""
+
+    row: SheetRow
+    size: int
+
+
+class MapReport:
+    """The events of one map: started, progress, finished, stalls, pages, rows, batches."""
+
+    __slots__ = ("_dirty", "_emit", "_run_id", "_total", "name", "trace")
+
+    def __init__(
+        self,
+        run_id: str,
+        name: str,
+        emit: Callable[[str, dict[str, Any]], None],
+        trace: Recorder | None,
+    ) -> None:
+        self._run_id = run_id
+        self.name = name
+        self._emit = emit
+        self.trace = trace  # None when nobody records: test it before a row_* call
+        self._total: int | None = None
+        self._dirty = False  # counts changed since the last progress event
+
+    # -- the whole map ------------------------------------------------------
+    def started(self, total: int | None) -> None:
+        self._total = total
+        self._emit("map.started", {"map": self.name, "total": total})
+        if self.trace is not None:
+            self.trace.add(MapStarted, self._run_id, self.name, total)
+
+    def _counts(self, counts: MapCounts) -> dict[str, Any]:
+        return {"map": self.name, **counts._asdict(), "total": self._total}
+
+    def progress(self, counts: MapCounts) -> None:
+        data = self._counts(counts)
+        self._emit("map.progress", data)
+        if self.trace is not None:
+            self.trace.add(MapProgress, *data.values())
+
+    def changed(self) -> None:
+        """The counts changed: the next progress tick reports them."""
+        self._dirty = True
+
+    async def keep_reporting(self, interval: float, counts: Callable[[], MapCounts]) -> None:
+        """Emit ``map.progress`` every ``interval`` while the counts change."""
+        while True:
+            await trio.sleep(interval)
+            if self._dirty:
+                self._dirty = False
+                self.progress(counts())
+
+    def finished(self, counts: MapCounts) -> None:
+        """The ``map.finished`` event of a map that completed."""
+        self._emit("map.finished", self._counts(counts))
+
+    def ended(self, status: str, counts: MapCounts) -> None:
+        """The typed ``map.finished`` record, of a map that completed or failed."""
+        if self.trace is not None:
+            self.trace.add(MapFinished, self.name, status, *counts)
+
+    def stalled(self, report: dict[str, Any]) -> None:
+        """A page's stall line (the observer's ``emit`` hook): its event and its record."""
+        self._emit("map.stall", report)
+        if self.trace is not None:
+            phase = str(report.get("oldest_phase"))
+            cause = stall_cause(report)
+            self.trace.add(MapStall, self.name, report["page_offset"], phase, cause, dict(report))
+
+    # -- pages --------------------------------------------------------------
+    def page_started(self, offset: int, rows: int) -> None:
+        if self.trace is not None:
+            self.trace.add(PageStarted, self.name, offset, rows)
+
+    def page_finished(self, offset: int, status: str) -> None:
+        if self.trace is not None:
+            self.trace.add(PageFinished, self.name, offset, status)
+
+    def page_lost(self, offset: int) -> None:
+        log.warning(
+            "dataset %r: the page at row %d passed to another process; "
+            "its unfinished rows are left to it",
+            self.name,
+            offset,
+        )
+        self._emit("map.page_lost", {"map": self.name, "page_offset": offset})
+
+    # -- rows (called only while ``trace`` is set) ---------------------------
+    def row_admitted(self, offset: int, key: str) -> None:
+        if self.trace is not None:
+            self.trace.add(RowAdmitted, self.name, offset, key)
+
+    def row_resolver_started(self, key: str) -> None:
+        if self.trace is not None:
+            self.trace.add(RowResolverStarted, self.name, key)
+
+    def row_terminal(self, key: str, status: str) -> None:
+        if self.trace is not None:
+            self.trace.add(RowTerminal, self.name, key, status)
+
+    def row_writer_admitted(self, key: str) -> None:
+        if self.trace is not None:
+            self.trace.add(RowWriterAdmitted, self.name, key)
+
+    # -- the writer's batches -----------------------------------------------
+    def batch_started(self, batch: Sequence[_Batched]) -> None:
+        if self.trace is not None:
+            size = sum(item.size for item in batch)
+            self.trace.add(WriterBatchStarted, self.name, len(batch), size)
+
+    def batch_failed(self, batch: Sequence[_Batched], error: str, unknown: bool) -> None:
+        if self.trace is not None:
+            self.trace.add(WriterBatchFailed, self.name, len(batch), error, unknown)
+
+    def batch_committed(self, batch: Sequence[_Batched]) -> None:
+        """A batch committed, and with it each of its rows."""
+        trace = self.trace
+        if trace is not None:
+            name = self.name
+            trace.add(WriterBatchCommitted, name, len(batch))
+            for item in batch:
+                trace.add(RowCommitted, name, item.row.key, item.row.status)
