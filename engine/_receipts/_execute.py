@@ -86,8 +86,7 @@ class Executor:
         for their gates in their owner's task instead.
         """
         gate = call.gate
-        unlimited = gate is None or (gate.limiter is None and gate.bucket is None)
-        if call.kind != "local" and unlimited:
+        if call.kind != "local" and self._governor.is_unlimited(gate):
             if not self._governor.acquire_or_queue(call, _granted, gate, call.row):
                 return
             call.slotted = True
