@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from trioplay import FetchError, FetchTimeouts, Limits, UnsafeOutboundUrl
 from trioplay._address_blocks import REFUSED_BLOCKS, Block
 from trioplay._egress import EgressPolicy, PinnedTransport, inet_aton, parse_ip_host
-from trioplay._fetch import REDACTED, Fetcher, Secret, request_identity
+from trioplay._fetch import REDACTED, Fetcher, FetchOptions, Secret, request_identity
 
 PUBLIC_IP = "93.184.216.34"
 
@@ -732,6 +732,34 @@ async def test_a_secret_over_plain_http_is_refused_before_connecting(
     assert resolver.lookups == []
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"headers": {"X-Count": 3}}, TypeError, "header 'X-Count' must be a str or"),
+        ({"auth": TOKEN}, TypeError, "auth must be a trioplay.Secret"),
+        ({"json": {"a": 1}, "content": b"a"}, ValueError, "json= or content=, not both"),
+    ],
+)
+async def test_malformed_options_are_refused_before_any_io(
+    options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    transport, resolver = Recorder(), Resolver()
+    async with fetcher(transport, resolver) as f:
+        with pytest.raises(error, match=message):
+            await f.fetch("https://api.example.test/", **options)
+    with pytest.raises(error, match=message):
+        FetchOptions(**options)  # type: ignore[arg-type]
+    assert transport.requests == []
+    assert resolver.lookups == []
+
+
+def test_fetch_options_keep_headers_as_lower_case_pairs_in_order() -> None:
+    options = FetchOptions(headers={"X-B": "2", "Accept": Secret(API_KEY)})
+    assert options.headers == (("x-b", "2"), ("accept", Secret(API_KEY)))
+    assert options.secrets() == [Secret(API_KEY)]
+    assert FetchOptions(auth=Secret(TOKEN)).secrets() == [Secret(TOKEN)]
+
+
 def echo(request: httpx.Request) -> httpx.Response:
     """A server that echoes the credentials it got, the way debugging endpoints do."""
     received = {"authorization": request.headers.get("authorization"), "key": TOKEN}
@@ -777,10 +805,12 @@ def test_request_identity_is_stable_and_holds_no_secret() -> None:
     def identity(token: str, body: dict[str, int]) -> dict[str, object]:
         return request_identity(
             "https://API.example.test/v1?q=1",
-            method="post",
-            headers={"X-Api-Key": Secret(API_KEY), "Accept": "application/json"},
-            json=body,
-            auth=Secret(token),
+            FetchOptions(
+                method="post",
+                headers={"X-Api-Key": Secret(API_KEY), "Accept": "application/json"},
+                json=body,
+                auth=Secret(token),
+            ),
         )
 
     first = identity(TOKEN, {"a": 1, "b": 2})
@@ -795,7 +825,7 @@ def test_request_identity_is_stable_and_holds_no_secret() -> None:
 
 async def test_preparing_a_request_teaches_redact_the_secrets() -> None:
     async with fetcher(Recorder()) as f:
-        f.prepare("https://api.example.test/", auth=Secret(TOKEN))
+        f.prepare("https://api.example.test/", FetchOptions(auth=Secret(TOKEN)))
         assert f.redact(TOKEN) == REDACTED
 
 
