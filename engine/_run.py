@@ -89,12 +89,7 @@ class RunServices:
         if not callable(fn):
             raise PlayDefinitionError(f"step {name!r}: fn must be callable")
         return await self.receipts.run_effect(
-            operation="step",
-            name=name,
-            key=receipt_key,
-            execute=local_executor(fn),
-            kind="local",
-            stale_after=stale_after,
+            "step", name, receipt_key, local_executor(fn), stale_after=stale_after
         )
 
     async def fetch(
@@ -122,16 +117,9 @@ class RunServices:
 
         name = f"{outgoing.method} {fetcher.redact(url)}"
         key = fetch_receipt_key(self.run_id, outgoing.identity())
+        # The fetch deadlines bound it; the tool timeout is only a backstop.
         record = await self.receipts.run_effect(
-            operation="fetch",
-            name=name,
-            key=key,
-            execute=execute,
-            kind="fetch",
-            force=force,
-            stale_after=stale_after,
-            # The fetch deadlines bound it; the tool timeout is only a backstop.
-            timeout=None,
+            "fetch", name, key, execute, force=force, stale_after=stale_after
         )
         try:
             return FetchResponse.from_record(record)

@@ -228,6 +228,13 @@ def outcome(call: _Call) -> Any:
     return call.value
 
 
+def provider_of(call: _Call) -> str | None:
+    """The provider ``call`` counts against: its tool's, ``fetch``, or none (a step)."""
+    if call.gate is not None:
+        return call.gate.name
+    return "fetch" if call.kind == "fetch" else None
+
+
 def owner_gone(call: _Call) -> BaseException:
     """The error a call's followers get when its owner is cancelled before delivery."""
     return ToolExecutionError(

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import PlayDefinitionError, RunEnded
 from .._groups import open_nursery, start, start_soon
@@ -68,7 +68,7 @@ from .._json import canonical_json
 from .._keys import tool_receipt_key
 from .._phase import calling
 from .._trace._records import CallQueued, ReceiptFollowed
-from ._call import DispatchStats, InFlight, _Call
+from ._call import DispatchStats, InFlight, _Call, provider_of
 from ._claims import Claimer
 from ._execute import Executor
 from ._lane import _EffectLane, _Lane
@@ -207,13 +207,9 @@ class Dispatcher:
             ) from None
         if key is None:
             key = tool_receipt_key(tool_id, text, scope)
-        existing = self._inflight.get(key)
-        # A forced call follows only a forced one: it must not take a cached value.
-        if existing is not None and (existing.force or not force):
-            self.stats.followed += 1
-            if self._trace is not None:
-                self._trace.add(ReceiptFollowed, key)
-            return self._follow(existing)
+        followed = self._followed(key, force)
+        if followed is not None:
+            return followed
         gate = self._gates.get(spec.provider)
         if gate is None:
             gate = self._gates[spec.provider] = self._governor.gate(
@@ -235,70 +231,83 @@ class Dispatcher:
             retries=spec.retries,
             row=calling(tool_id, spec.provider),
         )
-        self._inflight[key] = call
-        if self._trace is not None:
-            row = call.row
-            self._trace.add(
-                CallQueued, key, "tool", tool_id, spec.provider, row.key if row else None
-            )
         lane = self._lanes.get(tool_id)
         if lane is None:
             lane = self._lanes[tool_id] = _Lane(self._flush, self._claim, spec, self._limits)
             self._spawn(lane.run)
-        lane.submit(call)
-        return self._run_owned(call)
+        return self._queue(call, lane)
 
-    async def run_effect(
+    def run_effect(
         self,
-        *,
-        operation: str,
+        operation: Literal["step", "fetch"],
         name: str,
         key: str,
         execute: Execute,
-        kind: str,
+        *,
         force: bool = False,
         stale_after: float | None = None,
-        timeout: float | None = None,
-        receipt_wait: float | None = None,
-        record_failures: bool = False,
-    ) -> Any:
+    ) -> Awaitable[Any]:
         """Run one effect (a step or a fetch) through its receipt, in the caller's task.
 
-        Its claim goes with those of the effects made meanwhile (the run's
-        lane of direct effects); the effect itself runs here.
+        Like :meth:`call_tool`, returns the awaitable of its outcome. Its claim
+        goes with those of the effects made meanwhile (the run's lane of
+        direct effects); the effect itself runs in the task that awaits it,
+        bounded by ``Limits.tool_timeout`` (a fetch's own deadlines come
+        first). Its failures are the caller's, never recorded.
         """
-        self.raise_if_ended()
-        existing = self._inflight.get(key)
-        if existing is not None and (existing.force or not force):
-            self.stats.followed += 1
-            if self._trace is not None:
-                self._trace.add(ReceiptFollowed, key)
-            return await self._follow(existing)
+        if self.ended:
+            raise RunEnded(self.run_id)
+        followed = self._followed(key, force)
+        if followed is not None:
+            return followed
+        fetch = operation == "fetch"
         call = _Call(
             operation=operation,
             name=name,
             key=key,
             execute=execute,
             gate=None,
-            kind=kind,
+            kind="fetch" if fetch else "local",
             force=force,
             stale_after=stale_after,
-            timeout=timeout,
-            receipt_wait=receipt_wait,
-            record_failures=record_failures,
-            row=calling("fetch", "fetch") if kind == "fetch" else None,
+            record_failures=False,
+            row=calling("fetch", "fetch") if fetch else None,
         )
-        self._inflight[key] = call
-        if self._trace is not None:
-            row = call.row
-            provider = "fetch" if kind == "fetch" else None
-            self._trace.add(CallQueued, key, operation, name, provider, row.key if row else None)
         effects = self._effects
         if effects is None:
             effects = self._effects = _EffectLane(self._claim, self._limits)
             self._spawn(effects.run)
-        effects.submit(call)
-        return await self._run_owned(call)
+        return self._queue(call, effects)
+
+    # -- the one path of every call -------------------------------------------
+    def _followed(self, key: str, force: bool) -> Awaitable[Any] | None:
+        """The outcome of the identical call in flight, if this call is to follow it.
+
+        A forced call follows only a forced one: it must not take a cached value.
+        """
+        existing = self._inflight.get(key)
+        if existing is None or not (existing.force or not force):
+            return None
+        self.stats.followed += 1
+        if self._trace is not None:
+            self._trace.add(ReceiptFollowed, key)
+        return self._follow(existing)
+
+    def _queue(self, call: _Call, lane: _Lane | _EffectLane) -> Awaitable[Any]:
+        """Put ``call`` in flight and in ``lane``; the owner's awaitable of its outcome."""
+        self._inflight[call.key] = call
+        if self._trace is not None:
+            row = call.row
+            self._trace.add(
+                CallQueued,
+                call.key,
+                call.operation,
+                call.name,
+                provider_of(call),
+                row.key if row else None,
+            )
+        lane.submit(call)
+        return self._run_owned(call)
 
 
 @asynccontextmanager

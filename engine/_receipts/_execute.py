@@ -33,7 +33,7 @@ from .._keys import idempotency_key
 from .._records import Completion, Failure, Lease
 from .._tools import ToolCall
 from .._trace._records import CallFinished, CallStarted
-from ._call import DELIVERED, LOST, SETTLING, owner_gone, park, wake
+from ._call import DELIVERED, LOST, SETTLING, owner_gone, park, provider_of, wake
 from ._leases import unsettled
 
 if TYPE_CHECKING:
@@ -217,7 +217,9 @@ class Executor:
         trace = self._trace
         if trace is not None:
             for call, claim in owned:
-                trace.add(CallStarted, call.key, call.name, _provider(call), claim.attempt + retry)
+                trace.add(
+                    CallStarted, call.key, call.name, provider_of(call), claim.attempt + retry
+                )
         results: list[Any]
         scope = trio.CancelScope(deadline=deadline)
         for call, _ in owned:
@@ -338,13 +340,6 @@ def _granted(call: _Call, slot: bool = True) -> bool:
     call.slotted = slot
     wake(call)
     return True
-
-
-def _provider(call: _Call) -> str | None:
-    """The provider ``call`` counts against: its tool's, ``fetch``, or none (a step)."""
-    if call.gate is not None:
-        return call.gate.name
-    return "fetch" if call.kind == "fetch" else None
 
 
 def _finished(result: Any, retrying: bool) -> tuple[str, str | None]:
