@@ -55,7 +55,7 @@ from ._phase import current_row
 from ._trace._records import FetchFinished, FetchPhase, FetchStarted
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
     from types import TracebackType
 
     from ._limits import FetchTimeouts, Limits
@@ -91,7 +91,7 @@ class Secret:
     may be a Secret too (``headers={"X-Api-Key": Secret("k")}``). A request
     carrying a Secret is refused over plain ``http://``, before any connection.
     Its value is replaced by ``[REDACTED]`` in responses, error messages and
-    anything passed through :meth:`Fetcher.redact`, and by ``[SECRET]`` in
+    anything passed through :func:`redact`, and by ``[SECRET]`` in
     :func:`request_identity`. ``repr`` and ``str`` never show it; ``.value``
     does.
     """
@@ -102,6 +102,18 @@ class Secret:
         return f"Secret({REDACTED!r})"
 
     __str__ = __repr__
+
+
+def redact(text: str, secrets: Iterable[Secret]) -> str:
+    """``text`` with the value of each of ``secrets`` replaced by ``[REDACTED]``.
+
+    What ``fetch`` does to responses, error messages and logs, for text of
+    your own (a tool's message quoting what a provider answered). Longer
+    values go first, so a secret that contains another is replaced whole.
+    """
+    for value in sorted({secret.value for secret in secrets}, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
 
 
 @attrs.frozen
@@ -349,7 +361,7 @@ class Fetcher:
         self._limits = limits
         self._policy = EgressPolicy.from_cidrs(allow_networks)
         self._resolve = resolve or resolve_host
-        self._secrets: set[str] = set()
+        self._secrets: set[Secret] = set()
         self._client = httpx.AsyncClient(
             transport=transport or PinnedTransport(),
             timeout=None,  # the cancel scopes are the deadlines
@@ -384,14 +396,12 @@ class Fetcher:
         """
         outgoing = _Outgoing.first(url, options)
         # The bare values: a server may echo a token without its "Bearer ".
-        self._secrets.update(secret.value for secret in options.secrets())
+        self._secrets.update(options.secrets())
         return outgoing
 
     def redact(self, text: str) -> str:
         """``text`` with every secret value this fetcher has seen replaced by ``[REDACTED]``."""
-        for value in sorted(self._secrets, key=len, reverse=True):
-            text = text.replace(value, REDACTED)
-        return text
+        return redact(text, self._secrets)
 
     async def fetch(
         self,

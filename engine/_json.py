@@ -76,7 +76,13 @@ def _storable(text: str) -> str:
 
 
 def canonical_json(value: Any) -> str:
-    """The one canonical spelling of ``value``; raises ``ValueError``/``TypeError``."""
+    """The one canonical spelling of ``value`` as JSON: what receipt keys are made of.
+
+    Sorted keys, no whitespace, non-ASCII characters as they are, so equal
+    values (whatever their dict order) give equal text, in any process and
+    Python version. Raises ``TypeError`` for what JSON cannot hold and
+    ``ValueError`` for NaN, infinities and text that is not valid Unicode.
+    """
     return _storable(_encode_canonical(value))
 
 

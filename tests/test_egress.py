@@ -24,6 +24,7 @@ import trio
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+import trioplay
 from trioplay import FetchError, FetchTimeouts, Limits, UnsafeOutboundUrl
 from trioplay._address_blocks import REFUSED_BLOCKS, Block
 from trioplay._egress import EgressPolicy, PinnedTransport, inet_aton, parse_ip_host
@@ -827,6 +828,19 @@ async def test_preparing_a_request_teaches_redact_the_secrets() -> None:
     async with fetcher(Recorder()) as f:
         f.prepare("https://api.example.test/", FetchOptions(auth=Secret(TOKEN)))
         assert f.redact(TOKEN) == REDACTED
+
+
+def test_redact_replaces_every_secret_whole() -> None:
+    inner, outer = Secret("abc"), Secret("xabcx")
+    text = "xabcx abc xabcx"
+    assert trioplay.redact(text, [inner, outer]) == "[REDACTED] [REDACTED] [REDACTED]"
+    assert trioplay.redact(text, []) == text
+
+
+def test_canonical_json_is_the_one_spelling_of_a_value() -> None:
+    assert trioplay.canonical_json({"b": [1, 2.5], "a": "é"}) == '{"a":"é","b":[1,2.5]}'
+    with pytest.raises(ValueError, match="Out of range"):
+        trioplay.canonical_json({"a": float("nan")})
 
 
 def test_secret_never_shows_its_value() -> None:

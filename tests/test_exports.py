@@ -40,6 +40,9 @@ CONTRACT = [
     "RunStore",
     "RowStatus",
     "RunStatus",
+    # What adapters build on (trioplay.adapters imports only public names).
+    "canonical_json",
+    "redact",
 ]
 
 
