@@ -189,13 +189,15 @@ def _secret_or_none(_instance: object, _attribute: attrs.Attribute[Any], value: 
 class FetchOptions:
     """What one fetch asks for besides its URL, checked once where the call comes in.
 
-    The keywords of ``ctx.fetch``, ``rc.fetch`` and ``ToolCall.fetch`` (see
-    :meth:`Fetcher.fetch` for their meaning), built into this record at that
-    edge and passed whole from there down to the request that is sent.
-    ``headers`` may be given as a mapping; it is kept as ``(lower-case name,
-    value)`` pairs. The receipt's own options (``stale_after``, ``force``) are
-    not here: the HTTP client has no receipt. Raises ``TypeError`` for a
-    header value or ``auth`` that is neither a str nor a :class:`Secret`, and
+    The keywords of ``ctx.fetch``, ``rc.fetch`` and ``ToolCall.fetch``, built
+    into this record at that edge and passed whole from there down to the
+    request that is sent. ``json`` is sent as a JSON body (canonical JSON),
+    ``content`` as raw bytes (or UTF-8 text); ``auth=Secret(token)`` sends a
+    bearer token; ``headers`` (a mapping, kept as ``(lower-case name,
+    value)`` pairs) may hold Secrets too; ``timeouts`` overrides the
+    runtime's. The receipt's own options (``stale_after``, ``force``) are not
+    here: the HTTP client has no receipt. Raises ``TypeError`` for a header
+    value or ``auth`` that is neither a str nor a :class:`Secret`, and
     ``ValueError`` for both ``json`` and ``content``.
     """
 
@@ -332,7 +334,8 @@ class Fetcher:
     its connection pool)::
 
         async with Fetcher(timeouts=FetchTimeouts(), limits=Limits()) as fetcher:
-            response = await fetcher.fetch("https://api.example/v1/x", auth=Secret(token))
+            options = FetchOptions(auth=Secret(token))
+            response = await fetcher.fetch("https://api.example/v1/x", options)
 
     ``allow_networks`` lists CIDR blocks that may be reached although they are
     not public. ``transport`` replaces the default :class:`PinnedTransport`
@@ -403,36 +406,20 @@ class Fetcher:
         """``text`` with every secret value this fetcher has seen replaced by ``[REDACTED]``."""
         return redact(text, self._secrets)
 
-    async def fetch(
-        self,
-        url: str,
-        *,
-        method: str = "GET",
-        headers: Mapping[str, HeaderValue] | None = None,
-        json: Any = None,
-        content: bytes | str | None = None,
-        auth: Secret | None = None,
-        timeouts: FetchTimeouts | None = None,
-    ) -> FetchResponse:
+    async def fetch(self, url: str, options: FetchOptions = _NO_OPTIONS) -> FetchResponse:
         """Send one request and read its whole response, within the deadlines.
 
-        ``json`` is sent as a JSON body, ``content`` as raw bytes (or UTF-8
-        text); ``auth=Secret(token)`` sends a bearer token. ``timeouts``
-        overrides the fetcher's for this call. Any status is returned as a
-        response (check ``.ok``); redirects are followed.
+        Any status is returned as a response (check ``.ok``); redirects are
+        followed. ``options.timeouts`` overrides the fetcher's for this call.
 
         Raises :class:`FetchTimeout` when a deadline expires,
         :class:`UnsafeOutboundUrl` for a refused destination (also on a
         redirect hop), and :class:`FetchError` for a Secret over http, a
         transport failure after the allowed attempts (the httpx error is its
         ``__cause__``), a body over ``fetch_max_body_bytes`` or too many
-        redirects. ``ValueError``/``TypeError`` for malformed arguments.
-        This is ``ToolCall.fetch``: its keywords become one :class:`FetchOptions`.
+        redirects.
         """
-        options = FetchOptions(
-            method=method, headers=headers, json=json, content=content, auth=auth, timeouts=timeouts
-        )
-        return await self.send(self.prepare(url, options), timeouts=timeouts)
+        return await self.send(self.prepare(url, options), timeouts=options.timeouts)
 
     async def send(
         self, outgoing: _Outgoing, *, timeouts: FetchTimeouts | None = None

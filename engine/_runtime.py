@@ -147,7 +147,9 @@ class Runtime:
 
     async def raw_fetch(self, url: str, **options: Any) -> FetchResponse:
         """A fetch with deadlines and egress rules but no receipt (for tools)."""
-        return await (await self.fetcher()).fetch(url, **options)
+        from ._fetch import FetchOptions
+
+        return await (await self.fetcher()).fetch(url, FetchOptions(**options))
 
     @trio.lowlevel.enable_ki_protection
     async def run(self, play: Play, input: Any = None, *, run_id: str | None = None) -> Any:

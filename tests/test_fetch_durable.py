@@ -222,3 +222,38 @@ async def test_identical_effects_in_flight_follow_like_tool_calls(
     }
     assert stats is not None
     assert (stats.followed, stats.steps_run, stats.fetches) == (2, 1, 2)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"headers": {"X-Count": 3}}, TypeError, "header 'X-Count' must be a str or"),
+        ({"auth": "tok"}, TypeError, "auth must be a trioplay.Secret"),
+        ({"json": {"a": 1}, "content": b"a"}, ValueError, "json= or content=, not both"),
+    ],
+)
+async def test_malformed_options_are_refused_at_the_edge_before_any_io(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    # Both edges, ctx.fetch and a tool's call.fetch (rt.raw_fetch), check the
+    # options once, as they build the FetchOptions record.
+    requests: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(200)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.fetch("https://127.0.0.1/x", **options)
+
+    store = MemoryStore()
+    async with trioplay.open_runtime(
+        store=store, allow_networks=LOCAL, http_transport=httpx.MockTransport(record)
+    ) as rt:
+        with pytest.raises(error, match=message):
+            await rt.run(play, {}, run_id="r")
+        with pytest.raises(error, match=message):
+            await rt.raw_fetch("https://127.0.0.1/x", **options)
+    assert requests == []
+    assert await store.count_receipts("r") == {}
