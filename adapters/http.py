@@ -72,7 +72,7 @@ from trioplay import (
     redact,
 )
 
-from ._batching import in_requests
+from ._common import in_requests, registry_entry
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -226,15 +226,7 @@ class HttpTool:
 
     def tool_spec(self) -> ToolSpec:
         """The registry entry: this object as the tool, :meth:`batch` when ``batch_url`` is set."""
-        return ToolSpec(
-            tool_id=self.tool_id,
-            fn=self,
-            provider=self.provider or self.tool_id,
-            rate=self.rate,
-            concurrency=self.concurrency,
-            batch=self.batch if self._batch is not None else None,
-            batch_max=self.batch_max,
-        )
+        return registry_entry(self, batches=self._batch is not None, batch_max=self.batch_max)
 
     # -- one call ---------------------------------------------------------
     async def __call__(self, input: dict[str, Any], call: ToolCall) -> Any:

@@ -22,7 +22,7 @@ import trio
 
 from trioplay import ProviderTransientError, ToolExecutionError, ToolSpec, canonical_json
 
-from ._batching import in_requests
+from ._common import in_requests, registry_entry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -162,15 +162,8 @@ class SimulatedProvider:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
 
     def tool_spec(self) -> ToolSpec:
-        return ToolSpec(
-            tool_id=self.tool_id,
-            fn=self,
-            provider=self.provider or self.tool_id,
-            rate=self.rate,
-            concurrency=self.concurrency,
-            batch=self.batch if self.batch_size is not None else None,
-            batch_max=self.batch_size,
-        )
+        """The registry entry: this object as the tool, :meth:`batch` with ``batch_size``."""
+        return registry_entry(self, batches=self.batch_size is not None, batch_max=self.batch_size)
 
     async def __call__(self, input: dict[str, Any], call: ToolCall) -> Any:
         plan = self._plan(input, call.attempt)

@@ -70,4 +70,5 @@ from ._store import Store as Store
 from ._tools import Rate as Rate
 from ._tools import ToolCall as ToolCall
 from ._tools import ToolRegistry as ToolRegistry
+from ._tools import ToolSettings as ToolSettings
 from ._tools import ToolSpec as ToolSpec

@@ -1,15 +1,17 @@
-"""A native batch served as provider requests of a bounded size, side by side."""
+"""What the tool adapters share: their registry entry, and native batches served in requests."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
+
+from trioplay import ToolSpec
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
-    from trioplay import ToolCall
+    from trioplay import Rate, ToolCall
 
     Request = Callable[
         [Sequence[dict[str, Any]], Sequence[ToolCall], list[Any], int], Awaitable[None]
@@ -42,3 +44,31 @@ async def in_requests(
             end = start + size
             nursery.start_soon(request, inputs[start:end], calls[start:end], results, start)
     return results
+
+
+class _Tool(Protocol):
+    tool_id: str
+    provider: str | None
+    rate: Rate | None
+    concurrency: int | None
+
+    async def __call__(self, input: dict[str, Any], call: ToolCall) -> Any: ...
+
+    async def batch(self, inputs: list[dict[str, Any]], calls: list[ToolCall]) -> list[Any]: ...
+
+
+def registry_entry(tool: _Tool, *, batches: bool, batch_max: int | None) -> ToolSpec:
+    """The :class:`~trioplay.ToolSpec` of an adapter that is its own tool function.
+
+    Its provider is its tool id unless it names one; ``tool.batch`` is its
+    native batch operation when it ``batches``.
+    """
+    return ToolSpec(
+        tool_id=tool.tool_id,
+        fn=tool,
+        provider=tool.provider or tool.tool_id,
+        rate=tool.rate,
+        concurrency=tool.concurrency,
+        batch=tool.batch if batches else None,
+        batch_max=batch_max,
+    )
