@@ -12,5 +12,6 @@ from __future__ import annotations
 
 from ._call import DispatchStats as DispatchStats
 from ._dispatcher import Dispatcher as Dispatcher
+from ._dispatcher import DispatchSetup as DispatchSetup
 from ._dispatcher import open_dispatcher as open_dispatcher
 from ._execute import local_executor as local_executor

@@ -62,6 +62,8 @@ import functools
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
+
 from .._errors import PlayDefinitionError, RunEnded
 from .._groups import open_nursery, start, start_soon
 from .._json import canonical_json
@@ -89,27 +91,35 @@ if TYPE_CHECKING:
     from ._call import Execute
 
 
+@attrs.frozen
+class DispatchSetup:
+    """What the dispatcher of one run works with: built by the runtime, handed whole.
+
+    ``fetch`` is what tools get as ``ToolCall.fetch``; ``cleanup`` is the
+    run's cleanup budget, shared by every shielded cleanup of the run.
+    """
+
+    store: ReceiptStore
+    governor: Governor
+    tools: ToolRegistry
+    limits: Limits
+    run_id: str
+    owner: str
+    wall_clock: Callable[[], float]
+    fetch: FetchFunction | None
+    cleanup: CleanupBudget
+    trace: Recorder | None = None
+
+
 class Dispatcher:
     """Runs the receipts protocol for one run (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        store: ReceiptStore,
-        governor: Governor,
-        tools: ToolRegistry,
-        limits: Limits,
-        run_id: str,
-        owner: str,
-        nursery: trio.Nursery,
-        wall_clock: Callable[[], float],
-        fetch: FetchFunction | None,
-        cleanup: CleanupBudget,
-        trace: Recorder | None = None,
-    ) -> None:
+    def __init__(self, setup: DispatchSetup, nursery: trio.Nursery) -> None:
+        store, limits, wall_clock = setup.store, setup.limits, setup.wall_clock
+        governor, trace, cleanup = setup.governor, setup.trace, setup.cleanup
         self.stats = DispatchStats()
         self._trace = trace
-        self.run_id = run_id
+        self.run_id = setup.run_id
         self.ended = False  # set when open_dispatcher's block is left: calls raise RunEnded
         spawn = functools.partial(start_soon, nursery)  # protected from Ctrl-C
         inflight = InFlight()
@@ -121,7 +131,7 @@ class Dispatcher:
             governor=governor,
             limits=limits,
             now=wall_clock,
-            fetch=fetch,
+            fetch=setup.fetch,
             stats=self.stats,
             settler=settler,
             deliver=inflight.deliver,
@@ -130,8 +140,8 @@ class Dispatcher:
         )
         claimer = Claimer(
             store=store,
-            run_id=run_id,
-            owner=owner,
+            run_id=setup.run_id,
+            owner=setup.owner,
             limits=limits,
             now=wall_clock,
             spawn=spawn,
@@ -143,7 +153,7 @@ class Dispatcher:
             release_shielded=leases.release_shielded,
             trace=trace,
         )
-        self._tools = tools
+        self._tools = setup.tools
         self._governor = governor
         self._limits = limits
         self._spawn = self.start_soon = spawn
@@ -311,20 +321,8 @@ class Dispatcher:
 
 
 @asynccontextmanager
-async def open_dispatcher(
-    *,
-    store: ReceiptStore,
-    governor: Governor,
-    tools: ToolRegistry,
-    limits: Limits,
-    run_id: str,
-    owner: str,
-    wall_clock: Callable[[], float],
-    fetch: FetchFunction | None,
-    cleanup: CleanupBudget,
-    trace: Recorder | None = None,
-) -> AsyncIterator[Dispatcher]:
-    """``async with open_dispatcher(...) as receipts:`` the receipts of one run.
+async def open_dispatcher(setup: DispatchSetup) -> AsyncIterator[Dispatcher]:
+    """``async with open_dispatcher(setup) as receipts:`` the receipts of one run.
 
     The dispatcher's tasks live in a nursery of its own, opened here and
     closed on exit, so nothing it started outlives the block. Leaving the
@@ -337,20 +335,8 @@ async def open_dispatcher(
     on every call through the dispatcher raises :class:`RunEnded`.
     """
     async with open_nursery() as nursery:
-        start_soon(nursery, cleanup.watch)
-        dispatcher = Dispatcher(
-            store=store,
-            governor=governor,
-            tools=tools,
-            limits=limits,
-            run_id=run_id,
-            owner=owner,
-            nursery=nursery,
-            wall_clock=wall_clock,
-            fetch=fetch,
-            trace=trace,
-            cleanup=cleanup,
-        )
+        start_soon(nursery, setup.cleanup.watch)
+        dispatcher = Dispatcher(setup, nursery)
         await start(nursery, dispatcher._settler.run)
         await start(nursery, dispatcher._leases.run)
         try:
@@ -358,5 +344,5 @@ async def open_dispatcher(
         finally:
             dispatcher.ended = True
         await dispatcher.drain()
-        dispatcher.raise_if_latched(f"run {run_id}")
+        dispatcher.raise_if_latched(f"run {setup.run_id}")
         nursery.cancel_scope.cancel()
