@@ -51,9 +51,10 @@ holds every task it starts (the settler, the heartbeat, lanes, claims, the
 poller of waits, native batch requests); its block is where the run's play
 runs. A call made after the block is left raises :class:`RunEnded`.
 
-The collaborators get the bound methods they need once, here, and never the
-dispatcher: the dependencies run ``_call <- _lane, _settler, _leases <-
-_execute <- _claims <- _dispatcher``.
+The collaborators get the run's :class:`DispatchSetup` and the bound methods
+they need once, here, and never the dispatcher: the dependencies run
+``_setup, _call <- _lane, _settler, _leases <- _execute <- _claims <-
+_dispatcher``.
 """
 
 from __future__ import annotations
@@ -61,8 +62,6 @@ from __future__ import annotations
 import functools
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
-
-import attrs
 
 from .._errors import PlayDefinitionError, RunEnded
 from .._groups import open_nursery, start, start_soon
@@ -78,72 +77,30 @@ from ._leases import Leases
 from ._settler import _Settler
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable
 
     import trio
 
-    from .._cleanup import CleanupBudget
-    from .._governor import Governor, ProviderGate
-    from .._limits import Limits
-    from .._store import ReceiptStore
-    from .._tools import FetchFunction, ToolRegistry
-    from .._trace import Recorder
+    from .._governor import ProviderGate
     from ._call import Execute
-
-
-@attrs.frozen
-class DispatchSetup:
-    """What the dispatcher of one run works with: built by the runtime, handed whole.
-
-    ``fetch`` is what tools get as ``ToolCall.fetch``; ``cleanup`` is the
-    run's cleanup budget, shared by every shielded cleanup of the run.
-    """
-
-    store: ReceiptStore
-    governor: Governor
-    tools: ToolRegistry
-    limits: Limits
-    run_id: str
-    owner: str
-    wall_clock: Callable[[], float]
-    fetch: FetchFunction | None
-    cleanup: CleanupBudget
-    trace: Recorder | None = None
+    from ._setup import DispatchSetup
 
 
 class Dispatcher:
     """Runs the receipts protocol for one run (see the module docstring)."""
 
     def __init__(self, setup: DispatchSetup, nursery: trio.Nursery) -> None:
-        store, limits, wall_clock = setup.store, setup.limits, setup.wall_clock
-        governor, trace, cleanup = setup.governor, setup.trace, setup.cleanup
         self.stats = DispatchStats()
-        self._trace = trace
+        self._trace = setup.trace
         self.run_id = setup.run_id
         self.ended = False  # set when open_dispatcher's block is left: calls raise RunEnded
         spawn = functools.partial(start_soon, nursery)  # protected from Ctrl-C
         inflight = InFlight()
-        self._settler = settler = _Settler(
-            store, wall_clock, cleanup, inflight.deliver, governor.release, trace
-        )
-        self._leases = leases = Leases(store, wall_clock, limits, cleanup, trace)
-        executor = Executor(
-            governor=governor,
-            limits=limits,
-            now=wall_clock,
-            fetch=setup.fetch,
-            stats=self.stats,
-            settler=settler,
-            deliver=inflight.deliver,
-            release_shielded=leases.release_shielded,
-            trace=trace,
-        )
+        self._settler = settler = _Settler(setup, inflight.deliver)
+        self._leases = leases = Leases(setup)
+        executor = Executor(setup, self.stats, settler, inflight.deliver, leases.release_shielded)
         claimer = Claimer(
-            store=store,
-            run_id=setup.run_id,
-            owner=setup.owner,
-            limits=limits,
-            now=wall_clock,
+            setup,
             spawn=spawn,
             stats=self.stats,
             deliver=inflight.deliver,
@@ -151,11 +108,10 @@ class Dispatcher:
             execute=executor.execute,
             watch=leases.watch,
             release_shielded=leases.release_shielded,
-            trace=trace,
         )
         self._tools = setup.tools
-        self._governor = governor
-        self._limits = limits
+        self._governor = setup.governor
+        self._limits = setup.limits
         self._spawn = self.start_soon = spawn
         """``start_soon(fn, *args)``: a task in the run's nursery (the run's play runs there)."""
         self._inflight = inflight.calls

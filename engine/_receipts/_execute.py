@@ -39,13 +39,11 @@ from ._leases import unsettled
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from .._governor import Governor
-    from .._limits import Limits
     from .._records import Claimed
-    from .._tools import BatchFunction, FetchFunction
-    from .._trace import Recorder
+    from .._tools import BatchFunction
     from ._call import DispatchStats, Execute, _Call
     from ._settler import Settlement, _Settler
+    from ._setup import DispatchSetup
 
 
 class Executor:
@@ -53,23 +51,18 @@ class Executor:
 
     def __init__(
         self,
-        *,
-        governor: Governor,
-        limits: Limits,
-        now: Callable[[], float],
-        fetch: FetchFunction | None,
+        setup: DispatchSetup,
         stats: DispatchStats,
         settler: _Settler,
         deliver: Callable[..., None],
         release_shielded: Callable[[list[Lease]], Awaitable[None]],
-        trace: Recorder | None = None,
     ) -> None:
-        self._trace = trace
-        self._governor = governor
-        self._release = governor.release
-        self._tool_timeout = limits.tool_timeout
-        self._now = now
-        self._fetch = fetch
+        self._trace = setup.trace
+        self._governor = setup.governor
+        self._release = setup.governor.release
+        self._tool_timeout = setup.limits.tool_timeout
+        self._now = setup.wall_clock
+        self._fetch = setup.fetch
         self._stats = stats
         self._settler = settler
         self._submit = settler.submit
