@@ -100,6 +100,7 @@ class _Call:
     execute: Callable[..., Awaitable[Any]]  # a tool's fn(input, call), else fn(call)
     gate: ProviderGate | None
     kind: str  # "provider", "fetch" or "local": which gates apply
+    queues: bool = False  # may queue for a global slot without a task (Executor.admit)
     input: Any = None
     size: int = 0
     force: bool = False

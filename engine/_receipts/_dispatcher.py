@@ -69,7 +69,7 @@ from .._json import canonical_json
 from .._keys import tool_receipt_key
 from .._phase import calling
 from .._trace._records import CallQueued, ReceiptFollowed
-from ._call import DispatchStats, InFlight, _Call, provider_of
+from ._call import DispatchStats, InFlight, _Call
 from ._claims import Claimer
 from ._execute import Executor
 from ._lane import _EffectLane, _Lane
@@ -121,7 +121,9 @@ class Dispatcher:
         self._run_owned = executor.run_owned
         self._lanes: dict[str, _Lane] = {}
         self._effects: _EffectLane | None = None
-        self._gates: dict[str, ProviderGate] = {}
+        # Per provider: its gate, and whether its calls queue for a global slot
+        # without a task of their own (Governor.is_unlimited).
+        self._gates: dict[str, tuple[ProviderGate, bool]] = {}
 
     def raise_if_latched(self, subject: str) -> None:
         """Fail ``subject`` (a map, a run) if a completion could not be recorded."""
@@ -173,14 +175,13 @@ class Dispatcher:
             ) from None
         if key is None:
             key = tool_receipt_key(tool_id, text, scope)
-        followed = self._followed(key, force)
-        if followed is not None:
-            return followed
-        gate = self._gates.get(spec.provider)
-        if gate is None:
-            gate = self._gates[spec.provider] = self._governor.gate(
-                spec.provider, spec.rate, spec.concurrency
-            )
+        provider = spec.provider
+        entry = self._gates.get(provider)
+        if entry is None:
+            made = self._governor.gate(provider, spec.rate, spec.concurrency)
+            # Asked once per provider: a gate's limits are set when it is made.
+            entry = self._gates[provider] = (made, self._governor.is_unlimited(made))
+        gate, queues = entry
         call = _Call(
             operation="tool",
             name=tool_id,
@@ -188,6 +189,7 @@ class Dispatcher:
             execute=spec.fn,
             gate=gate,
             kind="provider",
+            queues=queues,
             input=input,
             size=len(text),
             force=force,
@@ -195,13 +197,12 @@ class Dispatcher:
             timeout=timeout if timeout is not None else spec.timeout,
             receipt_wait=receipt_wait,
             retries=spec.retries,
-            row=calling(tool_id, spec.provider),
         )
         lane = self._lanes.get(tool_id)
         if lane is None:
             lane = self._lanes[tool_id] = _Lane(self._flush, self._claim, spec, self._limits)
             self._spawn(lane.run)
-        return self._queue(call, lane)
+        return self._submit(call, lane, tool_id, provider)
 
     def run_effect(
         self,
@@ -223,9 +224,6 @@ class Dispatcher:
         """
         if self.ended:
             raise RunEnded(self.run_id)
-        followed = self._followed(key, force)
-        if followed is not None:
-            return followed
         fetch = operation == "fetch"
         call = _Call(
             operation=operation,
@@ -233,44 +231,46 @@ class Dispatcher:
             key=key,
             execute=execute,
             gate=None,
+            # A fetch counts against the governor's one provider "fetch",
+            # which has no limits of its own; a step against nothing.
             kind="fetch" if fetch else "local",
+            queues=fetch,
             force=force,
             stale_after=stale_after,
             record_failures=False,
-            row=calling("fetch", "fetch") if fetch else None,
         )
         effects = self._effects
         if effects is None:
             effects = self._effects = _EffectLane(self._claim, self._limits)
             self._spawn(effects.run)
-        return self._queue(call, effects)
+        provider = "fetch" if fetch else None
+        return self._submit(call, effects, "fetch", provider)
 
     # -- the one path of every call -------------------------------------------
-    def _followed(self, key: str, force: bool) -> Awaitable[Any] | None:
-        """The outcome of the identical call in flight, if this call is to follow it.
+    def _submit(
+        self, call: _Call, lane: _Lane | _EffectLane, tool: str, provider: str | None
+    ) -> Awaitable[Any]:
+        """Follow the identical call in flight, or put ``call`` in flight and in ``lane``.
 
-        A forced call follows only a forced one: it must not take a cached value.
+        Returns the awaitable of the outcome: the followed call's, or the
+        owner's own. A forced call follows only a forced one: it must not
+        take a cached value. A call that counts against a ``provider``
+        tells its row (if any) which ``tool`` it is in, for the stall line.
         """
+        key = call.key
         existing = self._inflight.get(key)
-        if existing is None or not (existing.force or not force):
-            return None
-        self.stats.followed += 1
-        if self._trace is not None:
-            self._trace.add(ReceiptFollowed, key)
-        return self._follow(existing)
-
-    def _queue(self, call: _Call, lane: _Lane | _EffectLane) -> Awaitable[Any]:
-        """Put ``call`` in flight and in ``lane``; the owner's awaitable of its outcome."""
-        self._inflight[call.key] = call
+        if existing is not None and (existing.force or not call.force):
+            self.stats.followed += 1
+            if self._trace is not None:
+                self._trace.add(ReceiptFollowed, key)
+            return self._follow(existing)
+        if provider is not None:
+            call.row = calling(tool, provider)
+        self._inflight[key] = call
         if self._trace is not None:
             row = call.row
             self._trace.add(
-                CallQueued,
-                call.key,
-                call.operation,
-                call.name,
-                provider_of(call),
-                row.key if row else None,
+                CallQueued, key, call.operation, call.name, provider, row.key if row else None
             )
         lane.submit(call)
         return self._run_owned(call)

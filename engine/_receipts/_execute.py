@@ -78,9 +78,8 @@ class Executor:
         provider with a rate or concurrency limit of its own, and steps, wait
         for their gates in their owner's task instead.
         """
-        gate = call.gate
-        if call.kind != "local" and self._governor.is_unlimited(gate):
-            if not self._governor.acquire_or_queue(call, _granted, gate, call.row):
+        if call.queues:  # its provider has no limits of its own (Governor.is_unlimited)
+            if not self._governor.acquire_or_queue(call, _granted, call.gate, call.row):
                 return
             call.slotted = True
         wake(call)
