@@ -40,7 +40,8 @@ CONTRACT = [
     "RunStore",
     "RowStatus",
     "RunStatus",
-    # What adapters build on (trioplay.adapters imports only public names).
+    # What adapters and tool authors build on (trioplay.adapters imports only public names).
+    "ToolSettings",
     "canonical_json",
     "redact",
 ]
