@@ -47,9 +47,9 @@ it would fail a single call.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import http
-import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -59,7 +59,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import httpx
-import trio
 
 from trioplay import (
     FetchError,
@@ -69,7 +68,11 @@ from trioplay import (
     Secret,
     ToolExecutionError,
     ToolSpec,
+    canonical_json,
+    redact,
 )
+
+from ._common import in_requests, registry_entry
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -82,8 +85,6 @@ _Fetch = Callable[..., Awaitable["FetchResponse"]]
 EXCERPT_CHARS = 200
 """At most this many characters of a response body go into an error message."""
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -189,7 +190,7 @@ class HttpTool:
 
     _url: httpx.URL = attrs.field(init=False, repr=False)
     _batch: httpx.URL | None = attrs.field(init=False, repr=False, default=None)
-    _secrets: tuple[str, ...] = attrs.field(init=False, repr=False, default=())
+    _secrets: tuple[Secret, ...] = attrs.field(init=False, repr=False, default=())
 
     def __attrs_post_init__(self) -> None:
         tool = self.tool_id
@@ -200,19 +201,19 @@ class HttpTool:
                 f"HttpTool {tool!r}: auth must be a trioplay.Secret (or None), "
                 f"not {type(self.auth).__name__}"
             )
-        secrets: list[str] = [self.auth.value] if self.auth is not None else []
+        secrets: list[Secret] = [self.auth] if self.auth is not None else []
         for name, value in self.headers.items():
             if name.lower() == IDEMPOTENCY_HEADER.lower():
                 raise PlayDefinitionError(
                     f"HttpTool {tool!r}: {IDEMPOTENCY_HEADER} is set per call by the tool"
                 )
             if isinstance(value, Secret):
-                secrets.append(value.value)
+                secrets.append(value)
             elif not isinstance(value, str):
                 raise PlayDefinitionError(
                     f"HttpTool {tool!r}: header {name!r} must be a str or a trioplay.Secret"
                 )
-        self._secrets = tuple(sorted(set(secrets), key=len, reverse=True))
+        self._secrets = tuple(secrets)
         self._url = _check_url(tool, "url", self.url, bool(secrets))
         if self.batch_url is not None:
             self._batch = _check_url(tool, "batch_url", self.batch_url, bool(secrets))
@@ -225,15 +226,7 @@ class HttpTool:
 
     def tool_spec(self) -> ToolSpec:
         """The registry entry: this object as the tool, :meth:`batch` when ``batch_url`` is set."""
-        return ToolSpec(
-            tool_id=self.tool_id,
-            fn=self,
-            provider=self.provider or self.tool_id,
-            rate=self.rate,
-            concurrency=self.concurrency,
-            batch=self.batch if self._batch is not None else None,
-            batch_max=self.batch_max,
-        )
+        return registry_entry(self, batches=self._batch is not None, batch_max=self.batch_max)
 
     # -- one call ---------------------------------------------------------
     async def __call__(self, input: dict[str, Any], call: ToolCall) -> Any:
@@ -252,44 +245,23 @@ class HttpTool:
         the requests of one batch concurrently. Never raises for a provider
         failure: a failed request puts one exception per member in the list.
         """
-        if self._batch is None:
+        url = self._batch
+        if url is None:
             raise PlayDefinitionError(f"HttpTool {self.tool_id!r} has no batch_url")
-        if len(inputs) != len(calls):
-            raise ValueError(f"batch of {len(inputs)} inputs came with {len(calls)} calls")
-        if not inputs:
-            return []
-        fetch = _fetch_of(calls[0])
-        size = self.batch_max or len(inputs)
-        results: list[Any] = [None] * len(inputs)
-        if len(inputs) <= size:
-            await self._batch_request(fetch, self._batch, inputs, calls, results, 0)
-            return results
-        # Each request stores its failures in `results` instead of raising, so
-        # this nursery can only end in an exception group when it is cancelled
-        # (which Trio unwraps) or on a bug.
-        async with trio.open_nursery() as nursery:
-            for start in range(0, len(inputs), size):
-                end = start + size
-                nursery.start_soon(
-                    self._batch_request,
-                    fetch,
-                    self._batch,
-                    inputs[start:end],
-                    calls[start:end],
-                    results,
-                    start,
-                )
-        return results
+        if calls:
+            _fetch_of(calls[0])  # without the runtime's fetch: one error, before any request
+        request = functools.partial(self._batch_request, url)
+        return await in_requests(inputs, calls, self.batch_max, request)
 
     async def _batch_request(
         self,
-        fetch: _Fetch,
         url: httpx.URL,
         inputs: Sequence[dict[str, Any]],
         calls: Sequence[ToolCall],
         results: list[Any],
         offset: int,
     ) -> None:
+        fetch = _fetch_of(calls[0])  # a slice is never empty
         keys = [call.idempotency_key for call in calls]
         items = [
             {"idempotency_key": key, "input": input}
@@ -325,7 +297,7 @@ class HttpTool:
         if not isinstance(entry, dict) or not isinstance(entry.get("ok"), bool):
             return ToolExecutionError(
                 f"HTTP tool {self.tool_id!r}: batch result {index} is malformed: "
-                f"{self._excerpt(_canonical.encode(entry))}",
+                f"{self._excerpt(_shown(entry))}",
                 tool_id=self.tool_id,
             )
         if entry["ok"]:
@@ -439,13 +411,19 @@ class HttpTool:
     def _redact(self, text: str) -> str:
         # The fetcher already redacts the secrets it was handed; this keeps the
         # tool's own messages safe even if a _Fetch double does not.
-        for value in self._secrets:
-            text = text.replace(value, "[REDACTED]")
-        return text
+        return redact(text, self._secrets)
 
     def _excerpt(self, text: str) -> str:
         flat = " ".join(self._redact(text).split())
         return flat if len(flat) <= EXCERPT_CHARS else flat[: EXCERPT_CHARS - 1] + "…"
+
+
+def _shown(entry: Any) -> str:
+    """A malformed batch entry as it reads in an error message."""
+    try:
+        return canonical_json(entry)
+    except ValueError:  # NaN, say: JSON as Python reads it, but no canonical spelling
+        return repr(entry)
 
 
 def _fetch_of(call: ToolCall) -> _Fetch:

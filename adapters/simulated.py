@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import trio
 
-from trioplay import ProviderTransientError, ToolExecutionError, ToolSpec
+from trioplay import ProviderTransientError, ToolExecutionError, ToolSpec, canonical_json
+
+from ._common import in_requests, registry_entry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -31,8 +33,6 @@ Outcome = Literal["ok", "error", "transient", "rate_limit", "hang"]
 
 # z such that P(Z < z) = 0.99 for a standard normal Z.
 _Z99 = 2.3263478740408408
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def _non_negative(_instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -162,15 +162,8 @@ class SimulatedProvider:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
 
     def tool_spec(self) -> ToolSpec:
-        return ToolSpec(
-            tool_id=self.tool_id,
-            fn=self,
-            provider=self.provider or self.tool_id,
-            rate=self.rate,
-            concurrency=self.concurrency,
-            batch=self.batch if self.batch_size is not None else None,
-            batch_max=self.batch_size,
-        )
+        """The registry entry: this object as the tool, :meth:`batch` with ``batch_size``."""
+        return registry_entry(self, batches=self.batch_size is not None, batch_max=self.batch_size)
 
     async def __call__(self, input: dict[str, Any], call: ToolCall) -> Any:
         plan = self._plan(input, call.attempt)
@@ -188,22 +181,7 @@ class SimulatedProvider:
 
     async def batch(self, inputs: list[dict[str, Any]], calls: list[ToolCall]) -> list[Any]:
         """The native batch operation: one result or exception per input, in order."""
-        if len(inputs) != len(calls):
-            raise ValueError(f"batch of {len(inputs)} inputs came with {len(calls)} calls")
-        if not inputs:
-            return []
-        size = self.batch_size or len(inputs)
-        results: list[Any] = [None] * len(inputs)
-        if len(inputs) <= size:
-            await self._request(inputs, calls, results, 0)
-            return results
-        async with trio.open_nursery() as nursery:
-            for start in range(0, len(inputs), size):
-                end = start + size
-                nursery.start_soon(
-                    self._request, inputs[start:end], calls[start:end], results, start
-                )
-        return results
+        return await in_requests(inputs, calls, self.batch_size, self._request)
 
     async def _request(
         self,
@@ -227,7 +205,7 @@ class SimulatedProvider:
             results[offset + index] = self._answer(input, plan)
 
     def _plan(self, input: dict[str, Any], attempt: int) -> _Plan:
-        canonical = _canonical.encode(input)
+        canonical = canonical_json(input)
         if self.hang_keys and any(
             isinstance(value, str) and value in self.hang_keys for value in input.values()
         ):
@@ -286,10 +264,12 @@ class SimulatedProvider:
         self.call_count += len(entries)
         if self.log_path is None:
             return
-        text = "".join(
-            _compact.encode({"idempotency_key": key, "tool_id": self.tool_id, "outcome": outcome})
-            + "\n"
+        lines = [
+            {"idempotency_key": key, "tool_id": self.tool_id, "outcome": outcome}
             for key, outcome in entries
+        ]
+        text = "".join(
+            json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines
         )
         # Blocking, but a single small append to the page cache; one write()
         # per request keeps lines from several processes whole.

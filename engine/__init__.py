@@ -30,6 +30,8 @@ from ._errors import UnsafeOutboundUrl as UnsafeOutboundUrl
 from ._events import RuntimeEvent as RuntimeEvent
 from ._fetch import FetchResponse as FetchResponse
 from ._fetch import Secret as Secret
+from ._fetch import redact as redact
+from ._json import canonical_json as canonical_json
 from ._limits import FetchTimeouts as FetchTimeouts
 from ._limits import Limits as Limits
 from ._map import Dataset as Dataset
@@ -68,4 +70,5 @@ from ._store import Store as Store
 from ._tools import Rate as Rate
 from ._tools import ToolCall as ToolCall
 from ._tools import ToolRegistry as ToolRegistry
+from ._tools import ToolSettings as ToolSettings
 from ._tools import ToolSpec as ToolSpec

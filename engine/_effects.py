@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._fetch import FetchOptions
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -84,14 +86,7 @@ class DurableEffects:
         admission. See ``docs/fetch.md``. Raises :class:`FetchTimeout`,
         :class:`UnsafeOutboundUrl`, :class:`FetchError`.
         """
-        return await self._services.fetch(
-            url,
-            method=method,
-            headers=headers,
-            json=json,
-            content=content,
-            auth=auth,
-            timeouts=timeouts,
-            stale_after=stale_after,
-            force=force,
+        options = FetchOptions(
+            method=method, headers=headers, json=json, content=content, auth=auth, timeouts=timeouts
         )
+        return await self._services.fetch(url, options, stale_after=stale_after, force=force)

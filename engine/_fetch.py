@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from contextlib import contextmanager
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -54,7 +55,7 @@ from ._phase import current_row
 from ._trace._records import FetchFinished, FetchPhase, FetchStarted
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
     from types import TracebackType
 
     from ._limits import FetchTimeouts, Limits
@@ -90,7 +91,7 @@ class Secret:
     may be a Secret too (``headers={"X-Api-Key": Secret("k")}``). A request
     carrying a Secret is refused over plain ``http://``, before any connection.
     Its value is replaced by ``[REDACTED]`` in responses, error messages and
-    anything passed through :meth:`Fetcher.redact`, and by ``[SECRET]`` in
+    anything passed through :func:`redact`, and by ``[SECRET]`` in
     :func:`request_identity`. ``repr`` and ``str`` never show it; ``.value``
     does.
     """
@@ -101,6 +102,18 @@ class Secret:
         return f"Secret({REDACTED!r})"
 
     __str__ = __repr__
+
+
+def redact(text: str, secrets: Iterable[Secret]) -> str:
+    """``text`` with the value of each of ``secrets`` replaced by ``[REDACTED]``.
+
+    What ``fetch`` does to responses, error messages and logs, for text of
+    your own (a tool's message quoting what a provider answered). Longer
+    values go first, so a secret that contains another is replaced whole.
+    """
+    for value in sorted({secret.value for secret in secrets}, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
 
 
 @attrs.frozen
@@ -153,6 +166,59 @@ class FetchResponse:
 
 
 HeaderValue = str | Secret
+Headers = tuple[tuple[str, HeaderValue], ...]
+
+
+def _header_pairs(headers: Mapping[str, HeaderValue] | Headers | None) -> Headers:
+    """The headers as ``(lower-case name, value)`` pairs, each value checked."""
+    items = headers.items() if isinstance(headers, Mapping) else headers or ()
+    pairs: list[tuple[str, HeaderValue]] = []
+    for name, value in items:
+        if not isinstance(value, str | Secret):
+            raise TypeError(f"header {name!r} must be a str or a trioplay.Secret")
+        pairs.append((name.lower(), value))
+    return tuple(pairs)
+
+
+def _secret_or_none(_instance: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not isinstance(value, Secret):
+        raise TypeError("fetch auth must be a trioplay.Secret")
+
+
+@attrs.frozen
+class FetchOptions:
+    """What one fetch asks for besides its URL, checked once where the call comes in.
+
+    The keywords of ``ctx.fetch``, ``rc.fetch`` and ``ToolCall.fetch``, built
+    into this record at that edge and passed whole from there down to the
+    request that is sent. ``json`` is sent as a JSON body (canonical JSON),
+    ``content`` as raw bytes (or UTF-8 text); ``auth=Secret(token)`` sends a
+    bearer token; ``headers`` (a mapping, kept as ``(lower-case name,
+    value)`` pairs) may hold Secrets too; ``timeouts`` overrides the
+    runtime's. The receipt's own options (``stale_after``, ``force``) are not
+    here: the HTTP client has no receipt. Raises ``TypeError`` for a header
+    value or ``auth`` that is neither a str nor a :class:`Secret`, and
+    ``ValueError`` for both ``json`` and ``content``.
+    """
+
+    method: str = "GET"
+    headers: Headers = attrs.field(default=(), converter=_header_pairs)
+    json: Any = None
+    content: bytes | str | None = None
+    auth: Secret | None = attrs.field(default=None, validator=_secret_or_none)
+    timeouts: FetchTimeouts | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.json is not None and self.content is not None:
+            raise ValueError("fetch takes json= or content=, not both")
+
+    def secrets(self) -> list[Secret]:
+        """Every Secret the request carries (header values and ``auth``)."""
+        found = [value for _, value in self.headers if isinstance(value, Secret)]
+        return found if self.auth is None else [*found, self.auth]
+
+
+_NO_OPTIONS = FetchOptions()
 
 
 @attrs.frozen
@@ -160,7 +226,7 @@ class _Outgoing:
     # One hop's request, with secrets still wrapped.
     method: str
     url: httpx.URL
-    headers: tuple[tuple[str, HeaderValue], ...]
+    headers: Headers
     body: bytes | None
 
     def __attrs_post_init__(self) -> None:
@@ -169,6 +235,28 @@ class _Outgoing:
                 f"refusing to send a Secret over plain http to {self.url.host!r}; "
                 "use an https:// URL"
             )
+
+    @classmethod
+    def first(cls, url: str, options: FetchOptions) -> _Outgoing:
+        """The first hop of a fetch of ``url`` with ``options``."""
+        try:
+            parsed = _checked(parse_url(url))
+        except httpx.InvalidURL as exc:
+            raise FetchError(f"invalid URL: {exc}") from None
+        pairs = list(options.headers)
+        if options.auth is not None:
+            pairs = [pair for pair in pairs if pair[0] != "authorization"]
+            pairs.append(("authorization", Secret(f"Bearer {options.auth.value}")))
+        body: bytes | None = None
+        if options.json is not None:
+            # Canonical JSON: the same value always sends (and identifies as) the same bytes.
+            body = canonical_json(options.json).encode("utf-8")
+            if not any(name == "content-type" for name, _ in pairs):
+                pairs.append(("content-type", "application/json"))
+        elif options.content is not None:
+            content = options.content
+            body = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        return cls(method=options.method.upper(), url=parsed, headers=tuple(pairs), body=body)
 
     def wire_headers(self) -> list[tuple[str, str]]:
         return [
@@ -190,66 +278,20 @@ class _Outgoing:
         }
 
 
-def _prepare(
-    url: str,
-    *,
-    method: str,
-    headers: Mapping[str, HeaderValue] | None,
-    json: Any,
-    content: bytes | str | None,
-    auth: Secret | None,
-) -> _Outgoing:
-    try:
-        parsed = _checked(parse_url(url))
-    except httpx.InvalidURL as exc:
-        raise FetchError(f"invalid URL: {exc}") from None
-    if json is not None and content is not None:
-        raise ValueError("fetch takes json= or content=, not both")
-    if auth is not None and not isinstance(auth, Secret):
-        raise TypeError("fetch auth must be a trioplay.Secret")
-    pairs: list[tuple[str, HeaderValue]] = []
-    for name, value in (headers or {}).items():
-        if not isinstance(value, str | Secret):
-            raise TypeError(f"header {name!r} must be a str or a trioplay.Secret")
-        pairs.append((name.lower(), value))
-    if auth is not None:
-        pairs = [pair for pair in pairs if pair[0] != "authorization"]
-        pairs.append(("authorization", Secret(f"Bearer {auth.value}")))
-    body: bytes | None = None
-    if json is not None:
-        # Canonical JSON: the same value always sends (and identifies as) the same bytes.
-        body = canonical_json(json).encode("utf-8")
-        if not any(name == "content-type" for name, _ in pairs):
-            pairs.append(("content-type", "application/json"))
-    elif content is not None:
-        body = content.encode("utf-8") if isinstance(content, str) else bytes(content)
-    return _Outgoing(method=method.upper(), url=parsed, headers=tuple(pairs), body=body)
-
-
-def request_identity(
-    url: str,
-    *,
-    method: str = "GET",
-    headers: Mapping[str, HeaderValue] | None = None,
-    json: Any = None,
-    content: bytes | str | None = None,
-    auth: Secret | None = None,
-) -> dict[str, Any]:
+def request_identity(url: str, options: FetchOptions = _NO_OPTIONS) -> dict[str, Any]:
     """A stable, JSON-able description of a request, with no secret in it.
 
-    Takes ``fetch``'s arguments and returns ``{"method", "url", "headers",
-    "body_sha256"}``: the normalised URL, the caller's headers sorted and
-    lower-cased with every Secret replaced by ``[SECRET]`` (``auth`` shows as
-    an ``authorization`` header), and the SHA-256 of the body (``None``
-    without one). ``json=`` bodies are sent as canonical JSON, so key order
-    changes neither the bytes nor the identity.
-    Two requests with the same identity are the same request, whatever their
-    secret values: rotating a token does not invalidate stored responses.
-    Raises what ``fetch`` raises for an unusable request, before any I/O.
+    Returns ``{"method", "url", "headers", "body_sha256"}``: the normalised
+    URL, the caller's headers sorted and lower-cased with every Secret
+    replaced by ``[SECRET]`` (``auth`` shows as an ``authorization`` header),
+    and the SHA-256 of the body (``None`` without one). ``json=`` bodies are
+    sent as canonical JSON, so key order changes neither the bytes nor the
+    identity. Two requests with the same identity are the same request,
+    whatever their secret values: rotating a token does not invalidate
+    stored responses. Raises what ``fetch`` raises for an unusable request,
+    before any I/O.
     """
-    return _prepare(
-        url, method=method, headers=headers, json=json, content=content, auth=auth
-    ).identity()
+    return _Outgoing.first(url, options).identity()
 
 
 @attrs.frozen
@@ -292,7 +334,8 @@ class Fetcher:
     its connection pool)::
 
         async with Fetcher(timeouts=FetchTimeouts(), limits=Limits()) as fetcher:
-            response = await fetcher.fetch("https://api.example/v1/x", auth=Secret(token))
+            options = FetchOptions(auth=Secret(token))
+            response = await fetcher.fetch("https://api.example/v1/x", options)
 
     ``allow_networks`` lists CIDR blocks that may be reached although they are
     not public. ``transport`` replaces the default :class:`PinnedTransport`
@@ -321,7 +364,7 @@ class Fetcher:
         self._limits = limits
         self._policy = EgressPolicy.from_cidrs(allow_networks)
         self._resolve = resolve or resolve_host
-        self._secrets: set[str] = set()
+        self._secrets: set[Secret] = set()
         self._client = httpx.AsyncClient(
             transport=transport or PinnedTransport(),
             timeout=None,  # the cancel scopes are the deadlines
@@ -346,16 +389,7 @@ class Fetcher:
         with trio.move_on_after(self._limits.cleanup_timeout, shield=True):
             await self._client.__aexit__(exc_type, exc_value, traceback)
 
-    def prepare(
-        self,
-        url: str,
-        *,
-        method: str = "GET",
-        headers: Mapping[str, HeaderValue] | None = None,
-        json: Any = None,
-        content: bytes | str | None = None,
-        auth: Secret | None = None,
-    ) -> _Outgoing:
+    def prepare(self, url: str, options: FetchOptions = _NO_OPTIONS) -> _Outgoing:
         """The request :meth:`fetch` would send (checked, before any I/O), for :meth:`send`.
 
         Remembers the request's secrets for :meth:`redact`: call it before
@@ -363,47 +397,29 @@ class Fetcher:
         is :func:`request_identity`'s), so that a run that only replays still
         redacts the secrets its play passed.
         """
-        outgoing = _prepare(
-            url, method=method, headers=headers, json=json, content=content, auth=auth
-        )
-        self._remember(headers, auth)
+        outgoing = _Outgoing.first(url, options)
+        # The bare values: a server may echo a token without its "Bearer ".
+        self._secrets.update(options.secrets())
         return outgoing
 
     def redact(self, text: str) -> str:
         """``text`` with every secret value this fetcher has seen replaced by ``[REDACTED]``."""
-        for value in sorted(self._secrets, key=len, reverse=True):
-            text = text.replace(value, REDACTED)
-        return text
+        return redact(text, self._secrets)
 
-    async def fetch(
-        self,
-        url: str,
-        *,
-        method: str = "GET",
-        headers: Mapping[str, HeaderValue] | None = None,
-        json: Any = None,
-        content: bytes | str | None = None,
-        auth: Secret | None = None,
-        timeouts: FetchTimeouts | None = None,
-    ) -> FetchResponse:
+    async def fetch(self, url: str, options: FetchOptions = _NO_OPTIONS) -> FetchResponse:
         """Send one request and read its whole response, within the deadlines.
 
-        ``json`` is sent as a JSON body, ``content`` as raw bytes (or UTF-8
-        text); ``auth=Secret(token)`` sends a bearer token. ``timeouts``
-        overrides the fetcher's for this call. Any status is returned as a
-        response (check ``.ok``); redirects are followed.
+        Any status is returned as a response (check ``.ok``); redirects are
+        followed. ``options.timeouts`` overrides the fetcher's for this call.
 
         Raises :class:`FetchTimeout` when a deadline expires,
         :class:`UnsafeOutboundUrl` for a refused destination (also on a
         redirect hop), and :class:`FetchError` for a Secret over http, a
         transport failure after the allowed attempts (the httpx error is its
         ``__cause__``), a body over ``fetch_max_body_bytes`` or too many
-        redirects. ``ValueError``/``TypeError`` for malformed arguments.
+        redirects.
         """
-        outgoing = self.prepare(
-            url, method=method, headers=headers, json=json, content=content, auth=auth
-        )
-        return await self.send(outgoing, timeouts=timeouts)
+        return await self.send(self.prepare(url, options), timeouts=options.timeouts)
 
     async def send(
         self, outgoing: _Outgoing, *, timeouts: FetchTimeouts | None = None
@@ -432,11 +448,6 @@ class Fetcher:
             raise
         trace.add(FetchFinished, number, response.status, len(response.text), None)
         return response
-
-    def _remember(self, headers: Mapping[str, HeaderValue] | None, auth: Secret | None) -> None:
-        # The bare values: a server may echo a token without its "Bearer ".
-        secrets = [value for value in (headers or {}).values() if isinstance(value, Secret)]
-        self._secrets.update(secret.value for secret in [*secrets, *([auth] if auth else [])])
 
     def _phase(self, number: int, phase: str, attempt: int) -> None:
         if self._trace is not None:

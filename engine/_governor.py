@@ -279,6 +279,17 @@ class Governor:
             self._know(gate)
         return gate
 
+    @staticmethod
+    def is_unlimited(gate: ProviderGate | None) -> bool:
+        """True when ``gate``'s provider has no concurrency or rate of its own.
+
+        Fetches (``gate=None``) have none. A call of such a provider waits
+        only for a global slot, so it may take one through
+        :meth:`acquire_or_queue`, without a task waiting for it; a call of a
+        provider with limits of its own waits for them in :meth:`acquire`.
+        """
+        return gate is None or (gate.limiter is None and gate.bucket is None)
+
     def _know(self, gate: ProviderGate) -> None:
         gate.known = True
         self._known += 1
@@ -395,10 +406,10 @@ class Governor:
         """Take a global slot for ``borrower`` now (``True``), or queue for one.
 
         For calls whose provider (``gate``; ``None`` for fetches) has no
-        limits of its own. A queued borrower gets the slot when one is free
-        for it: ``granted(borrower)`` runs then, and returns ``False`` if the
-        slot is no longer wanted (it goes to the next waiter at once). Nothing
-        waits in a task, so the owner wakes once. While the provider is
+        limits of its own (:meth:`is_unlimited`). A queued borrower gets the
+        slot when one is free for it: ``granted(borrower)`` runs then, and
+        returns ``False`` if the slot is no longer wanted (it goes to the next
+        waiter at once). Nothing waits in a task, so the owner wakes once. While the provider is
         paused (:meth:`slow_down`) the borrower is sent away instead, now or
         when the pause begins: ``granted(borrower, False)``, and its owner
         waits in :meth:`acquire`. While it is queued, ``row`` (the map row

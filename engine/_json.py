@@ -20,19 +20,39 @@ _canonical = json.JSONEncoder(
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _fast(encoder: json.JSONEncoder) -> Callable[[Any], str]:
-    """``encoder.encode``, minus the Python-level set-up it repeats on every call.
+def _storable(text: str) -> str:
+    """``text``, if it is valid Unicode; a lone surrogate raises ``ValueError``.
+
+    JSON text is stored as UTF-8, which has no spelling for a lone surrogate
+    (what ``os.fsdecode`` makes of a byte that is not UTF-8, say). Refused
+    here, such text fails the one call or row that made it, on every store
+    alike, instead of the store's write for a whole batch.
+    """
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end]
+        raise ValueError(
+            f"text that is not valid Unicode ({bad!r}, a lone surrogate, at character"
+            f" {exc.start} of its JSON) cannot be stored; decode bytes with the right"
+            " codec, or errors='replace'"
+        ) from None
+    return text
+
+
+def _fast(encoder: json.JSONEncoder, name: str, doc: str) -> Callable[[Any], str]:
+    """``encoder.encode`` of storable text (see :func:`_storable`), minus the
+    Python-level set-up ``encode`` repeats on every call; named ``name``.
 
     ``JSONEncoder.encode`` goes through ``iterencode``, which gathers the
     encoder's options in Python before it builds the C encoder, on every
     call. Here the options are gathered once and each call only builds the C
     encoder (with fresh circular-reference markers) and runs it: half the
-    cost on the hot path, several encodings per row. Same output, same
-    errors; falls back where the C encoder is absent.
+    cost on the hot path, several encodings per row. ASCII text is storable
+    as it is, checked without a call. Same output, same errors; falls back
+    where the C encoder is absent.
     """
     make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - CPython always has it
-        return encoder.encode
     args = (
         encoder.default,
         json.encoder.encode_basestring,  # ensure_ascii=False
@@ -44,45 +64,35 @@ def _fast(encoder: json.JSONEncoder) -> Callable[[Any], str]:
         encoder.allow_nan,
     )
 
-    def encode(value: Any) -> str:
-        return "".join(make({}, *args)(value, 0))
+    if make is None:  # pragma: no cover - CPython always has it
 
+        def encode(value: Any) -> str:
+            return _storable(encoder.encode(value))
+
+    else:
+
+        def encode(value: Any) -> str:
+            text = "".join(make({}, *args)(value, 0))
+            return text if text.isascii() else _storable(text)
+
+    encode.__name__ = encode.__qualname__ = name
+    encode.__doc__ = doc
     return encode
 
 
-_encode_canonical = _fast(_canonical)
-_encode_compact = _fast(_compact)
+canonical_json = _fast(
+    _canonical,
+    "canonical_json",
+    """The one canonical spelling of ``value`` as JSON: what receipt keys are made of.
 
+    Sorted keys, no whitespace, non-ASCII characters as they are, so equal
+    values (whatever their dict order) give equal text, in any process and
+    Python version. Raises ``TypeError`` for what JSON cannot hold and
+    ``ValueError`` for NaN, infinities and text that is not valid Unicode.
+    """,
+)
 
-def _storable(text: str) -> str:
-    """``text``, if it is valid Unicode; a lone surrogate raises ``ValueError``.
-
-    JSON text is stored as UTF-8, which has no spelling for a lone surrogate
-    (what ``os.fsdecode`` makes of a byte that is not UTF-8, say). Refused
-    here, such text fails the one call or row that made it, on every store
-    alike, instead of the store's write for a whole batch.
-    """
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError as exc:
-            bad = text[exc.start : exc.end]
-            raise ValueError(
-                f"text that is not valid Unicode ({bad!r}, a lone surrogate, at character"
-                f" {exc.start} of its JSON) cannot be stored; decode bytes with the right"
-                " codec, or errors='replace'"
-            ) from None
-    return text
-
-
-def canonical_json(value: Any) -> str:
-    """The one canonical spelling of ``value``; raises ``ValueError``/``TypeError``."""
-    return _storable(_encode_canonical(value))
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON in insertion order (for stored rows and payloads)."""
-    return _storable(_encode_compact(value))
+dumps = _fast(_compact, "dumps", "Compact JSON in insertion order (for stored rows and payloads).")
 
 
 def _to_dict(value: Any) -> Any:

@@ -25,13 +25,13 @@ from ._receipts import Dispatcher, local_executor
 from ._trace._records import PlayLog
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable
 
     from ._budget import ByteBudget
     from ._cleanup import CleanupBudget
     from ._events import EventSink
-    from ._fetch import Fetcher, FetchResponse
-    from ._limits import FetchTimeouts, Limits
+    from ._fetch import Fetcher, FetchOptions, FetchResponse
+    from ._limits import Limits
     from ._loop_lag import LoopWatch
     from ._store import Store
     from ._tools import ToolCall
@@ -89,26 +89,11 @@ class RunServices:
         if not callable(fn):
             raise PlayDefinitionError(f"step {name!r}: fn must be callable")
         return await self.receipts.run_effect(
-            operation="step",
-            name=name,
-            key=receipt_key,
-            execute=local_executor(fn),
-            kind="local",
-            stale_after=stale_after,
+            "step", name, receipt_key, local_executor(fn), stale_after=stale_after
         )
 
     async def fetch(
-        self,
-        url: str,
-        *,
-        method: str,
-        headers: Mapping[str, Any] | None,
-        json: Any,
-        content: bytes | str | None,
-        auth: Any,
-        timeouts: FetchTimeouts | None,
-        stale_after: float | None,
-        force: bool,
+        self, url: str, options: FetchOptions, *, stale_after: float | None, force: bool
     ) -> FetchResponse:
         """A recorded HTTP request (``ctx.fetch`` and ``rc.fetch``)."""
         from ._fetch import FetchResponse
@@ -116,9 +101,7 @@ class RunServices:
         self.receipts.raise_if_ended()  # before the runtime's client is opened for nothing
         fetcher = await self.fetcher()
         # Parsed and checked once: its identity keys the receipt, and it is what is sent.
-        outgoing = fetcher.prepare(
-            url, method=method, headers=headers, json=json, content=content, auth=auth
-        )
+        outgoing = fetcher.prepare(url, options)
 
         async def execute(_call: ToolCall) -> Any:
             # Admitted: from here on the row (if any) is in phase "fetch".
@@ -126,24 +109,17 @@ class RunServices:
             if row is not None:
                 row.enter("fetch")
             try:
-                response = await fetcher.send(outgoing, timeouts=timeouts)
+                response = await fetcher.send(outgoing, timeouts=options.timeouts)
             finally:
                 if row is not None:
                     row.enter("resolver")
             return response.to_record()
 
-        name = f"{method.upper()} {fetcher.redact(url)}"
+        name = f"{outgoing.method} {fetcher.redact(url)}"
         key = fetch_receipt_key(self.run_id, outgoing.identity())
+        # The fetch deadlines bound it; the tool timeout is only a backstop.
         record = await self.receipts.run_effect(
-            operation="fetch",
-            name=name,
-            key=key,
-            execute=execute,
-            kind="fetch",
-            force=force,
-            stale_after=stale_after,
-            # The fetch deadlines bound it; the tool timeout is only a backstop.
-            timeout=None,
+            "fetch", name, key, execute, force=force, stale_after=stale_after
         )
         try:
             return FetchResponse.from_record(record)

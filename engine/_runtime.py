@@ -32,7 +32,7 @@ from ._loop_lag import LoopWatch
 from ._owner import current_owner
 from ._phase import StoreCalls
 from ._plugins import open_store
-from ._receipts import DispatchStats, open_dispatcher
+from ._receipts import DispatchSetup, DispatchStats, open_dispatcher
 from ._run import RunServices
 from ._store import Store
 from ._tools import ToolRegistry
@@ -147,7 +147,9 @@ class Runtime:
 
     async def raw_fetch(self, url: str, **options: Any) -> FetchResponse:
         """A fetch with deadlines and egress rules but no receipt (for tools)."""
-        return await (await self.fetcher()).fetch(url, **options)
+        from ._fetch import FetchOptions
+
+        return await (await self.fetcher()).fetch(url, FetchOptions(**options))
 
     @trio.lowlevel.enable_ki_protection
     async def run(self, play: Play, input: Any = None, *, run_id: str | None = None) -> Any:
@@ -193,7 +195,7 @@ class Runtime:
         try:
             store_calls = StoreCalls()
             store = store_calls.watch(self.store)
-            async with open_dispatcher(
+            setup = DispatchSetup(
                 store=store,
                 governor=self.governor,
                 tools=self.tools,
@@ -204,7 +206,8 @@ class Runtime:
                 fetch=self.raw_fetch,
                 trace=self.trace,
                 cleanup=cleanup,
-            ) as dispatcher:
+            )
+            async with open_dispatcher(setup) as dispatcher:
                 stats = dispatcher.stats
                 loop_watch = LoopWatch(
                     self.limits.loop_lag_threshold,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, TypeVar, Unpack
 
 import attrs
 
@@ -103,6 +103,33 @@ class ToolSpec:
     retries: int = 0
 
 
+class ToolSettings(TypedDict, total=False):
+    """The settings of a tool (:meth:`ToolRegistry.tool`, :meth:`ToolRegistry.add`).
+
+    ``provider`` is the name the governor limits by (the tool id by
+    default); ``rate`` and ``concurrency`` are its limits; ``batch`` a native
+    batch operation of up to ``batch_max`` calls per request; ``timeout``
+    (seconds) bounds each call; ``retries`` transient failures are tried
+    again within one claim. See :class:`ToolSpec`.
+    """
+
+    provider: str
+    rate: Rate | None
+    concurrency: int | None
+    batch: BatchFunction | None
+    batch_max: int | None
+    timeout: float | None
+    retries: int
+
+
+_CHECKED: tuple[tuple[Literal["concurrency", "batch_max", "timeout", "retries"], Accepts], ...] = (
+    ("concurrency", COUNT),
+    ("batch_max", COUNT),
+    ("timeout", SECONDS),
+    ("retries", COUNT_OR_ZERO),
+)
+
+
 class ToolRegistry:
     """The tools a runtime may call, by id.
 
@@ -115,47 +142,22 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolSpec] = {}
 
-    def tool(
-        self,
-        tool_id: str,
-        *,
-        provider: str | None = None,
-        rate: Rate | None = None,
-        concurrency: int | None = None,
-        batch: BatchFunction | None = None,
-        batch_max: int | None = None,
-        timeout: float | None = None,
-        retries: int = 0,
-    ) -> Callable[[_F], _F]:
+    def tool(self, tool_id: str, **settings: Unpack[ToolSettings]) -> Callable[[_F], _F]:
+        """A decorator that registers its function as ``tool_id`` (see :meth:`add`)."""
+
         def decorate(fn: _F) -> _F:
-            self.add(
-                tool_id,
-                fn,
-                provider=provider,
-                rate=rate,
-                concurrency=concurrency,
-                batch=batch,
-                batch_max=batch_max,
-                timeout=timeout,
-                retries=retries,
-            )
+            self.add(tool_id, fn, **settings)
             return fn
 
         return decorate
 
-    def add(
-        self,
-        tool_id: str,
-        fn: ToolFunction,
-        *,
-        provider: str | None = None,
-        rate: Rate | None = None,
-        concurrency: int | None = None,
-        batch: BatchFunction | None = None,
-        batch_max: int | None = None,
-        timeout: float | None = None,
-        retries: int = 0,
-    ) -> ToolSpec:
+    def add(self, tool_id: str, fn: ToolFunction, **settings: Unpack[ToolSettings]) -> ToolSpec:
+        """Register ``fn`` as the tool ``tool_id``, with the :class:`ToolSettings` given.
+
+        Raises :class:`PlayDefinitionError` for an empty or taken id, a
+        function that is not async, or a setting out of its range, and
+        ``TypeError`` for a setting that does not exist.
+        """
         if not tool_id or not isinstance(tool_id, str):
             raise PlayDefinitionError(f"tool id must be a non-empty string, got {tool_id!r}")
         if tool_id in self._tools:
@@ -166,27 +168,19 @@ class ToolRegistry:
             raise PlayDefinitionError(
                 f"tool {tool_id!r} must be an async function (input, call) -> result"
             )
-        checks: tuple[tuple[str, object, Accepts], ...] = (
-            ("concurrency", concurrency, COUNT),
-            ("batch_max", batch_max, COUNT),
-            ("timeout", timeout, SECONDS),
-            ("retries", retries, COUNT_OR_ZERO),
-        )
-        for name, value, accepts in checks:
+        unknown = sorted(settings.keys() - ToolSettings.__optional_keys__)
+        if unknown:
+            known = ", ".join(sorted(ToolSettings.__optional_keys__))
+            raise TypeError(
+                f"tool {tool_id!r}: no setting {', '.join(unknown)}; the settings: {known}"
+            )
+        for name, accepts in _CHECKED:
+            value = settings.get(name)
             problem = None if value is None else accepts.problem(value)
             if problem is not None:
                 raise PlayDefinitionError(f"tool {tool_id!r}: {name} {problem}")
-        spec = ToolSpec(
-            tool_id=tool_id,
-            fn=fn,
-            provider=provider or tool_id,
-            rate=rate,
-            concurrency=concurrency,
-            batch=batch,
-            batch_max=batch_max,
-            timeout=timeout,
-            retries=retries,
-        )
+        provider = settings.pop("provider", None) or tool_id  # None: the tool id too
+        spec = attrs.evolve(ToolSpec(tool_id, fn, provider), **settings)
         self._tools[tool_id] = spec
         return spec
 

@@ -120,6 +120,11 @@ def _tool_with(**options: Any) -> Any:
     return lambda: trioplay.ToolRegistry().add("t", tool, **options)
 
 
+def test_a_tool_setting_that_does_not_exist_is_named() -> None:
+    with pytest.raises(TypeError, match=r"tool 't': no setting limit, rates; the settings: batch,"):
+        _tool_with(rates=2, limit=1)()
+
+
 NAN = float("nan")
 INF = float("inf")
 POSITIVE, ZERO_OR_MORE = "a positive number", "zero or positive"

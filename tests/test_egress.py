@@ -24,10 +24,11 @@ import trio
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+import trioplay
 from trioplay import FetchError, FetchTimeouts, Limits, UnsafeOutboundUrl
 from trioplay._address_blocks import REFUSED_BLOCKS, Block
 from trioplay._egress import EgressPolicy, PinnedTransport, inet_aton, parse_ip_host
-from trioplay._fetch import REDACTED, Fetcher, Secret, request_identity
+from trioplay._fetch import REDACTED, Fetcher, FetchOptions, Secret, request_identity
 
 PUBLIC_IP = "93.184.216.34"
 
@@ -616,7 +617,7 @@ async def test_redirects_resend_or_drop_the_body_as_browsers_do(
 
     transport = Recorder(redirect_once)
     async with fetcher(transport) as f:
-        await f.fetch("https://api.example.test/form", method="POST", json={"a": 1})
+        await f.fetch("https://api.example.test/form", FetchOptions(method="POST", json={"a": 1}))
     final = transport.requests[-1]
     assert final.method == method
     assert (final.content == b'{"a":1}', "content-type" in final.headers) == (has_body, has_body)
@@ -725,11 +726,18 @@ async def test_a_secret_over_plain_http_is_refused_before_connecting(
     transport, resolver = Recorder(), Resolver()
     async with fetcher(transport, resolver) as f:
         with pytest.raises(FetchError, match="https") as caught:
-            await f.fetch("http://api.example.test/", **options)
+            await f.fetch("http://api.example.test/", FetchOptions(**options))  # type: ignore[arg-type]
     assert TOKEN not in str(caught.value)
     assert API_KEY not in str(caught.value)
     assert transport.requests == []
     assert resolver.lookups == []
+
+
+def test_fetch_options_keep_headers_as_lower_case_pairs_in_order() -> None:
+    options = FetchOptions(headers={"X-B": "2", "Accept": Secret(API_KEY)})
+    assert options.headers == (("x-b", "2"), ("accept", Secret(API_KEY)))
+    assert options.secrets() == [Secret(API_KEY)]
+    assert FetchOptions(auth=Secret(TOKEN)).secrets() == [Secret(TOKEN)]
 
 
 def echo(request: httpx.Request) -> httpx.Response:
@@ -747,8 +755,7 @@ async def test_secrets_reach_the_server_but_not_the_response_record() -> None:
     async with fetcher(transport) as f:
         response = await f.fetch(
             "https://api.example.test/whoami",
-            auth=Secret(TOKEN),
-            headers={"X-Api-Key": Secret(API_KEY)},
+            FetchOptions(auth=Secret(TOKEN), headers={"X-Api-Key": Secret(API_KEY)}),
         )
         assert f.redact(f"log line with {TOKEN} and {API_KEY}") == (
             f"log line with {REDACTED} and {REDACTED}"
@@ -768,7 +775,7 @@ async def test_secrets_do_not_appear_in_error_messages() -> None:
 
     async with fetcher(Recorder(leaky)) as f:
         with pytest.raises(FetchError) as caught:
-            await f.fetch("https://api.example.test/", auth=Secret(TOKEN))
+            await f.fetch("https://api.example.test/", FetchOptions(auth=Secret(TOKEN)))
     assert TOKEN not in str(caught.value)
     assert REDACTED in str(caught.value)
 
@@ -777,10 +784,12 @@ def test_request_identity_is_stable_and_holds_no_secret() -> None:
     def identity(token: str, body: dict[str, int]) -> dict[str, object]:
         return request_identity(
             "https://API.example.test/v1?q=1",
-            method="post",
-            headers={"X-Api-Key": Secret(API_KEY), "Accept": "application/json"},
-            json=body,
-            auth=Secret(token),
+            FetchOptions(
+                method="post",
+                headers={"X-Api-Key": Secret(API_KEY), "Accept": "application/json"},
+                json=body,
+                auth=Secret(token),
+            ),
         )
 
     first = identity(TOKEN, {"a": 1, "b": 2})
@@ -795,8 +804,21 @@ def test_request_identity_is_stable_and_holds_no_secret() -> None:
 
 async def test_preparing_a_request_teaches_redact_the_secrets() -> None:
     async with fetcher(Recorder()) as f:
-        f.prepare("https://api.example.test/", auth=Secret(TOKEN))
+        f.prepare("https://api.example.test/", FetchOptions(auth=Secret(TOKEN)))
         assert f.redact(TOKEN) == REDACTED
+
+
+def test_redact_replaces_every_secret_whole() -> None:
+    inner, outer = Secret("abc"), Secret("xabcx")
+    text = "xabcx abc xabcx"
+    assert trioplay.redact(text, [inner, outer]) == "[REDACTED] [REDACTED] [REDACTED]"
+    assert trioplay.redact(text, []) == text
+
+
+def test_canonical_json_is_the_one_spelling_of_a_value() -> None:
+    assert trioplay.canonical_json({"b": [1, 2.5], "a": "é"}) == '{"a":"é","b":[1,2.5]}'
+    with pytest.raises(ValueError, match="Out of range"):
+        trioplay.canonical_json({"a": float("nan")})
 
 
 def test_secret_never_shows_its_value() -> None:
@@ -829,8 +851,10 @@ async def test_secrets_follow_redirects_only_within_the_origin(
     async with fetcher(transport) as f:
         await f.fetch(
             "https://api.example.test/start",
-            auth=Secret(TOKEN),
-            headers={"X-Api-Key": Secret(API_KEY), "Accept": "text/plain"},
+            FetchOptions(
+                auth=Secret(TOKEN),
+                headers={"X-Api-Key": Secret(API_KEY), "Accept": "text/plain"},
+            ),
         )
     final = transport.requests[-1].headers
     assert ("authorization" in final, "x-api-key" in final) == (keeps_secrets, keeps_secrets)

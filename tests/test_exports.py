@@ -40,6 +40,10 @@ CONTRACT = [
     "RunStore",
     "RowStatus",
     "RunStatus",
+    # What adapters and tool authors build on (trioplay.adapters imports only public names).
+    "ToolSettings",
+    "canonical_json",
+    "redact",
 ]
 
 

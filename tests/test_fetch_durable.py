@@ -165,3 +165,95 @@ async def test_a_row_waiting_in_fetch_is_reported_in_phase_fetch(
     assert reports[0]["fetch_active"] == 1
     assert reports[0]["oldest_phase"] == "fetch"
     assert reports[0]["oldest_fetch_ms"] == pytest.approx(60_000, abs=50)
+
+
+async def test_identical_effects_in_flight_follow_like_tool_calls(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Steps and fetches take the tools' one call path: an identical effect
+    # made while one is in flight follows it, and a forced fetch follows only
+    # a forced one (it calls again; identical fetches after it follow it).
+    requests: list[str] = []
+    steps = 0
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        requests.append(request.url.path)
+        await trio.sleep(1)
+        return httpx.Response(200, text=f"answer {len(requests)}")
+
+    async def step() -> int:
+        nonlocal steps
+        steps += 1
+        await trio.sleep(1)
+        return steps
+
+    results: dict[str, Any] = {}
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def fetch(name: str, force: bool) -> None:
+            results[name] = (await ctx.fetch("http://127.0.0.1/x", force=force)).text
+
+        async def stepped(name: str) -> None:
+            results[name] = await ctx.step("once", step)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stepped, "step 1")
+            nursery.start_soon(fetch, "unforced", False)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(stepped, "step 2")
+            nursery.start_soon(fetch, "forced", True)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(fetch, "after", False)
+
+    async with trioplay.open_runtime(
+        store=MemoryStore(), allow_networks=LOCAL, http_transport=httpx.MockTransport(slow)
+    ) as rt:
+        await rt.run(play, {}, run_id="r")
+        stats = rt.last_stats
+    assert steps == 1
+    assert requests == ["/x", "/x"]
+    assert results == {
+        "step 1": 1,
+        "step 2": 1,
+        "unforced": "answer 1",
+        "forced": "answer 2",
+        "after": "answer 2",
+    }
+    assert stats is not None
+    assert (stats.followed, stats.steps_run, stats.fetches) == (2, 1, 2)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"headers": {"X-Count": 3}}, TypeError, "header 'X-Count' must be a str or"),
+        ({"auth": "tok"}, TypeError, "auth must be a trioplay.Secret"),
+        ({"json": {"a": 1}, "content": b"a"}, ValueError, "json= or content=, not both"),
+    ],
+)
+async def test_malformed_options_are_refused_at_the_edge_before_any_io(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    # Both edges, ctx.fetch and a tool's call.fetch (rt.raw_fetch), check the
+    # options once, as they build the FetchOptions record.
+    requests: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(200)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.fetch("https://127.0.0.1/x", **options)
+
+    store = MemoryStore()
+    async with trioplay.open_runtime(
+        store=store, allow_networks=LOCAL, http_transport=httpx.MockTransport(record)
+    ) as rt:
+        with pytest.raises(error, match=message):
+            await rt.run(play, {}, run_id="r")
+        with pytest.raises(error, match=message):
+            await rt.raw_fetch("https://127.0.0.1/x", **options)
+    assert requests == []
+    assert await store.count_receipts("r") == {}

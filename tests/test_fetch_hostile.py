@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from trioplay import FetchError, FetchTimeout, FetchTimeouts, Limits
-from trioplay._fetch import Fetcher
+from trioplay._fetch import Fetcher, FetchOptions
 
 GUARD = 5.0  # no case may take longer than this, whatever goes wrong
 LOCAL = ["127.0.0.0/8"]
@@ -188,7 +188,7 @@ async def test_post_fails_after_one_reset_without_retrying() -> None:
         async with serve(reset_twice_then_answer) as server, fetcher() as f:
             started = trio.current_time()
             with pytest.raises(FetchError, match="after 1 attempt") as caught:
-                await f.fetch(server.url, method="POST", json={"n": 1})
+                await f.fetch(server.url, FetchOptions(method="POST", json={"n": 1}))
             assert_elapsed(started, 0.0)
             assert caught.value.__cause__ is not None
             await trio.sleep(0.2)  # room for a retry that must not come

@@ -17,7 +17,7 @@ import trio
 import trio.testing
 
 from trioplay import FetchError, FetchTimeout, FetchTimeouts, Limits
-from trioplay._fetch import Fetcher
+from trioplay._fetch import Fetcher, FetchOptions
 
 URL = "https://api.example.test/items"
 Handler = Callable[[httpx.Request, int], Awaitable[httpx.Response]]
@@ -77,7 +77,7 @@ async def expect_timeout(
 ) -> None:
     started = trio.current_time()
     with pytest.raises(FetchTimeout) as caught:
-        await f.fetch(URL, **options)  # type: ignore[arg-type]
+        await f.fetch(URL, FetchOptions(**options))  # type: ignore[arg-type]
     assert (caught.value.phase, caught.value.timeout) == (phase, limit)
     assert trio.current_time() - started == pytest.approx(at, abs=1e-9)
 
@@ -155,7 +155,7 @@ async def test_unsafe_methods_are_never_retried(
     transport = Scripted(fail_then_answer(1))
     async with fetcher(transport) as f:
         with pytest.raises(FetchError, match="after 1 attempt") as caught:
-            await f.fetch(URL, method=method, json={"a": 1})
+            await f.fetch(URL, FetchOptions(method=method, json={"a": 1}))
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
     assert len(transport.requests) == 1
 
@@ -167,7 +167,7 @@ async def test_retries_give_up_after_the_last_attempt(
     async with fetcher(transport) as f:
         started = trio.current_time()
         with pytest.raises(FetchError, match="after 3 attempt") as caught:
-            await f.fetch(URL, method="HEAD")
+            await f.fetch(URL, FetchOptions(method="HEAD"))
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
     assert len(transport.requests) == 3
     # No sleep after the last attempt.
@@ -294,7 +294,7 @@ async def test_a_failed_body_read_is_not_retried_for_a_post(
     transport = Scripted(body_breaks_then_answers(1))
     async with fetcher(transport) as f:
         with pytest.raises(FetchError, match="reading the body") as caught:
-            await f.fetch(URL, method="POST", json={"a": 1})
+            await f.fetch(URL, FetchOptions(method="POST", json={"a": 1}))
     assert isinstance(caught.value.__cause__, httpx.ReadError)
     assert len(transport.requests) == 1
 

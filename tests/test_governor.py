@@ -287,6 +287,16 @@ async def test_queued_borrowers_get_released_slots_in_order_and_nothing_leaks() 
     assert governor.external.borrowed_tokens == 0
 
 
+def test_only_a_provider_without_limits_of_its_own_is_unlimited() -> None:
+    from trioplay._governor import Governor
+
+    governor = Governor(4)
+    assert governor.is_unlimited(None)  # fetches
+    assert governor.is_unlimited(governor.gate("plain", None, None))
+    assert not governor.is_unlimited(governor.gate("narrow", None, 2))
+    assert not governor.is_unlimited(governor.gate("paced", trioplay.Rate(5), None))
+
+
 async def test_a_cancelled_run_leaves_no_governor_slot_taken() -> None:
     # Calls queue for the two slots while two hang; cancelling the run must
     # give back the held slots and forget the queued calls.

@@ -491,6 +491,18 @@ async def test_a_malformed_batch_answer_fails_every_member() -> None:
     assert "1 results for 2 items" in str(results[0])
 
 
+async def test_a_malformed_member_fails_alone_and_is_shown_in_its_error() -> None:
+    # The entry is shown as canonical JSON, or as Python reads it when JSON
+    # has no canonical spelling for it (NaN).
+    entries = [{"ok": True, "result": {"email": "x"}}, {"b": 1, "a": "é"}, ["ok", math.nan]]
+    results, _ = await call_batch(answer(Reply(200, {"results": entries})), ["a", "b", "c"])
+    assert results[0] == "x"
+    assert isinstance(results[1], trioplay.ToolExecutionError)
+    assert str(results[1]).endswith('batch result 1 is malformed: {"a":"é","b":1}')
+    assert isinstance(results[2], trioplay.ToolExecutionError)
+    assert str(results[2]).endswith("batch result 2 is malformed: ['ok', nan]")
+
+
 async def test_a_reset_during_a_batch_is_a_network_error_for_every_member() -> None:
     results, _ = await call_batch(answer(RESET), ["a", "b"])
     assert [r.category for r in results] == ["network", "network"]

@@ -18,6 +18,7 @@ import trioplay
 from trioplay._trace import ChromeTraceSink, Event, JsonlSink, ListSink, Recorder, read_events
 from trioplay._trace import _records as r
 from trioplay._trace._timeline import render_timeline
+from trioplay._trio_private import seeded_scheduler
 from trioplay.stores.memory import MemoryStore
 
 from .support import CountingTool, find_email, leads, map_with_hung_rows, registry
@@ -125,12 +126,13 @@ async def _jsonl_of_a_run() -> str:
 
 
 def test_the_same_run_in_virtual_time_records_the_same_bytes() -> None:
-    # Trio reverses each batch of runnable tasks at random (its scheduler's own
-    # Random): the same run is the same only with that seeded too.
+    # Trio runs each batch of woken tasks in a random order (its scheduler's
+    # own Random): the same run is the same only with that order seeded too.
     runs = []
     for _ in range(2):
-        trio._core._run._r.seed(13)
-        runs.append(trio.run(_jsonl_of_a_run, clock=trio.testing.MockClock(autojump_threshold=0)))
+        with seeded_scheduler(13):
+            clock = trio.testing.MockClock(autojump_threshold=0)
+            runs.append(trio.run(_jsonl_of_a_run, clock=clock))
     assert runs[0] == runs[1]
     assert runs[0].count("\n") > 120 * 5
 

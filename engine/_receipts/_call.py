@@ -100,6 +100,7 @@ class _Call:
     execute: Callable[..., Awaitable[Any]]  # a tool's fn(input, call), else fn(call)
     gate: ProviderGate | None
     kind: str  # "provider", "fetch" or "local": which gates apply
+    queues: bool = False  # may queue for a global slot without a task (Executor.admit)
     input: Any = None
     size: int = 0
     force: bool = False
@@ -226,6 +227,13 @@ def outcome(call: _Call) -> Any:
     if call.error is not None:
         raise call.error
     return call.value
+
+
+def provider_of(call: _Call) -> str | None:
+    """The provider ``call`` counts against: its tool's, ``fetch``, or none (a step)."""
+    if call.gate is not None:
+        return call.gate.name
+    return "fetch" if call.kind == "fetch" else None
 
 
 def owner_gone(call: _Call) -> BaseException:

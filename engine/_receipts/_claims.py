@@ -31,12 +31,10 @@ from ._call import CLAIMED, SETTLING, _Cohort
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from .._limits import Limits
     from .._records import ClaimOutcome, Receipt
-    from .._store import ReceiptStore
     from .._tools import BatchFunction, ToolSpec
-    from .._trace import Recorder
     from ._call import DispatchStats, _Call
+    from ._setup import DispatchSetup
 
 
 # Poll times are sums of the interval; a wait's deadline is one product. They
@@ -49,12 +47,8 @@ class Claimer:
 
     def __init__(
         self,
+        setup: DispatchSetup,
         *,
-        store: ReceiptStore,
-        run_id: str,
-        owner: str,
-        limits: Limits,
-        now: Callable[[], float],
         spawn: Callable[..., None],
         stats: DispatchStats,
         deliver: Callable[..., None],
@@ -62,14 +56,13 @@ class Claimer:
         execute: Callable[[list[tuple[_Call, Claimed]], BatchFunction | None], Awaitable[None]],
         watch: Callable[[_Cohort], None],
         release_shielded: Callable[[list[Lease]], Awaitable[None]],
-        trace: Recorder | None = None,
     ) -> None:
-        self._trace = trace
-        self._store = store
-        self._run_id = run_id
-        self._owner = owner
-        self._limits = limits
-        self._now = now
+        self._trace = setup.trace
+        self._store = setup.store
+        self._run_id = setup.run_id
+        self._owner = setup.owner
+        self._limits = setup.limits
+        self._now = setup.wall_clock
         self._spawn = spawn
         self._stats = stats
         self._deliver = deliver

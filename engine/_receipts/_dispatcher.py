@@ -51,16 +51,17 @@ holds every task it starts (the settler, the heartbeat, lanes, claims, the
 poller of waits, native batch requests); its block is where the run's play
 runs. A call made after the block is left raises :class:`RunEnded`.
 
-The collaborators get the bound methods they need once, here, and never the
-dispatcher: the dependencies run ``_call <- _lane, _settler, _leases <-
-_execute <- _claims <- _dispatcher``.
+The collaborators get the run's :class:`DispatchSetup` and the bound methods
+they need once, here, and never the dispatcher: the dependencies run
+``_setup, _call <- _lane, _settler, _leases <- _execute <- _claims <-
+_dispatcher``.
 """
 
 from __future__ import annotations
 
 import functools
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import PlayDefinitionError, RunEnded
 from .._groups import open_nursery, start, start_soon
@@ -76,64 +77,30 @@ from ._leases import Leases
 from ._settler import _Settler
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable
 
     import trio
 
-    from .._cleanup import CleanupBudget
-    from .._governor import Governor, ProviderGate
-    from .._limits import Limits
-    from .._store import ReceiptStore
-    from .._tools import FetchFunction, ToolRegistry
-    from .._trace import Recorder
+    from .._governor import ProviderGate
     from ._call import Execute
+    from ._setup import DispatchSetup
 
 
 class Dispatcher:
     """Runs the receipts protocol for one run (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        store: ReceiptStore,
-        governor: Governor,
-        tools: ToolRegistry,
-        limits: Limits,
-        run_id: str,
-        owner: str,
-        nursery: trio.Nursery,
-        wall_clock: Callable[[], float],
-        fetch: FetchFunction | None,
-        cleanup: CleanupBudget,
-        trace: Recorder | None = None,
-    ) -> None:
+    def __init__(self, setup: DispatchSetup, nursery: trio.Nursery) -> None:
         self.stats = DispatchStats()
-        self._trace = trace
-        self.run_id = run_id
+        self._trace = setup.trace
+        self.run_id = setup.run_id
         self.ended = False  # set when open_dispatcher's block is left: calls raise RunEnded
         spawn = functools.partial(start_soon, nursery)  # protected from Ctrl-C
         inflight = InFlight()
-        self._settler = settler = _Settler(
-            store, wall_clock, cleanup, inflight.deliver, governor.release, trace
-        )
-        self._leases = leases = Leases(store, wall_clock, limits, cleanup, trace)
-        executor = Executor(
-            governor=governor,
-            limits=limits,
-            now=wall_clock,
-            fetch=fetch,
-            stats=self.stats,
-            settler=settler,
-            deliver=inflight.deliver,
-            release_shielded=leases.release_shielded,
-            trace=trace,
-        )
+        self._settler = settler = _Settler(setup, inflight.deliver)
+        self._leases = leases = Leases(setup)
+        executor = Executor(setup, self.stats, settler, inflight.deliver, leases.release_shielded)
         claimer = Claimer(
-            store=store,
-            run_id=run_id,
-            owner=owner,
-            limits=limits,
-            now=wall_clock,
+            setup,
             spawn=spawn,
             stats=self.stats,
             deliver=inflight.deliver,
@@ -141,11 +108,10 @@ class Dispatcher:
             execute=executor.execute,
             watch=leases.watch,
             release_shielded=leases.release_shielded,
-            trace=trace,
         )
-        self._tools = tools
-        self._governor = governor
-        self._limits = limits
+        self._tools = setup.tools
+        self._governor = setup.governor
+        self._limits = setup.limits
         self._spawn = self.start_soon = spawn
         """``start_soon(fn, *args)``: a task in the run's nursery (the run's play runs there)."""
         self._inflight = inflight.calls
@@ -155,7 +121,9 @@ class Dispatcher:
         self._run_owned = executor.run_owned
         self._lanes: dict[str, _Lane] = {}
         self._effects: _EffectLane | None = None
-        self._gates: dict[str, ProviderGate] = {}
+        # Per provider: its gate, and whether its calls queue for a global slot
+        # without a task of their own (Governor.is_unlimited).
+        self._gates: dict[str, tuple[ProviderGate, bool]] = {}
 
     def raise_if_latched(self, subject: str) -> None:
         """Fail ``subject`` (a map, a run) if a completion could not be recorded."""
@@ -207,18 +175,13 @@ class Dispatcher:
             ) from None
         if key is None:
             key = tool_receipt_key(tool_id, text, scope)
-        existing = self._inflight.get(key)
-        # A forced call follows only a forced one: it must not take a cached value.
-        if existing is not None and (existing.force or not force):
-            self.stats.followed += 1
-            if self._trace is not None:
-                self._trace.add(ReceiptFollowed, key)
-            return self._follow(existing)
-        gate = self._gates.get(spec.provider)
-        if gate is None:
-            gate = self._gates[spec.provider] = self._governor.gate(
-                spec.provider, spec.rate, spec.concurrency
-            )
+        provider = spec.provider
+        entry = self._gates.get(provider)
+        if entry is None:
+            made = self._governor.gate(provider, spec.rate, spec.concurrency)
+            # Asked once per provider: a gate's limits are set when it is made.
+            entry = self._gates[provider] = (made, self._governor.is_unlimited(made))
+        gate, queues = entry
         call = _Call(
             operation="tool",
             name=tool_id,
@@ -226,6 +189,7 @@ class Dispatcher:
             execute=spec.fn,
             gate=gate,
             kind="provider",
+            queues=queues,
             input=input,
             size=len(text),
             force=force,
@@ -233,89 +197,88 @@ class Dispatcher:
             timeout=timeout if timeout is not None else spec.timeout,
             receipt_wait=receipt_wait,
             retries=spec.retries,
-            row=calling(tool_id, spec.provider),
         )
-        self._inflight[key] = call
-        if self._trace is not None:
-            row = call.row
-            self._trace.add(
-                CallQueued, key, "tool", tool_id, spec.provider, row.key if row else None
-            )
         lane = self._lanes.get(tool_id)
         if lane is None:
             lane = self._lanes[tool_id] = _Lane(self._flush, self._claim, spec, self._limits)
             self._spawn(lane.run)
-        lane.submit(call)
-        return self._run_owned(call)
+        return self._submit(call, lane, tool_id, provider)
 
-    async def run_effect(
+    def run_effect(
         self,
-        *,
-        operation: str,
+        operation: Literal["step", "fetch"],
         name: str,
         key: str,
         execute: Execute,
-        kind: str,
+        *,
         force: bool = False,
         stale_after: float | None = None,
-        timeout: float | None = None,
-        receipt_wait: float | None = None,
-        record_failures: bool = False,
-    ) -> Any:
+    ) -> Awaitable[Any]:
         """Run one effect (a step or a fetch) through its receipt, in the caller's task.
 
-        Its claim goes with those of the effects made meanwhile (the run's
-        lane of direct effects); the effect itself runs here.
+        Like :meth:`call_tool`, returns the awaitable of its outcome. Its claim
+        goes with those of the effects made meanwhile (the run's lane of
+        direct effects); the effect itself runs in the task that awaits it,
+        bounded by ``Limits.tool_timeout`` (a fetch's own deadlines come
+        first). Its failures are the caller's, never recorded.
         """
-        self.raise_if_ended()
-        existing = self._inflight.get(key)
-        if existing is not None and (existing.force or not force):
-            self.stats.followed += 1
-            if self._trace is not None:
-                self._trace.add(ReceiptFollowed, key)
-            return await self._follow(existing)
+        if self.ended:
+            raise RunEnded(self.run_id)
+        fetch = operation == "fetch"
         call = _Call(
             operation=operation,
             name=name,
             key=key,
             execute=execute,
             gate=None,
-            kind=kind,
+            # A fetch counts against the governor's one provider "fetch",
+            # which has no limits of its own; a step against nothing.
+            kind="fetch" if fetch else "local",
+            queues=fetch,
             force=force,
             stale_after=stale_after,
-            timeout=timeout,
-            receipt_wait=receipt_wait,
-            record_failures=record_failures,
-            row=calling("fetch", "fetch") if kind == "fetch" else None,
+            record_failures=False,
         )
-        self._inflight[key] = call
-        if self._trace is not None:
-            row = call.row
-            provider = "fetch" if kind == "fetch" else None
-            self._trace.add(CallQueued, key, operation, name, provider, row.key if row else None)
         effects = self._effects
         if effects is None:
             effects = self._effects = _EffectLane(self._claim, self._limits)
             self._spawn(effects.run)
-        effects.submit(call)
-        return await self._run_owned(call)
+        provider = "fetch" if fetch else None
+        return self._submit(call, effects, "fetch", provider)
+
+    # -- the one path of every call -------------------------------------------
+    def _submit(
+        self, call: _Call, lane: _Lane | _EffectLane, tool: str, provider: str | None
+    ) -> Awaitable[Any]:
+        """Follow the identical call in flight, or put ``call`` in flight and in ``lane``.
+
+        Returns the awaitable of the outcome: the followed call's, or the
+        owner's own. A forced call follows only a forced one: it must not
+        take a cached value. A call that counts against a ``provider``
+        tells its row (if any) which ``tool`` it is in, for the stall line.
+        """
+        key = call.key
+        existing = self._inflight.get(key)
+        if existing is not None and (existing.force or not call.force):
+            self.stats.followed += 1
+            if self._trace is not None:
+                self._trace.add(ReceiptFollowed, key)
+            return self._follow(existing)
+        if provider is not None:
+            call.row = calling(tool, provider)
+        self._inflight[key] = call
+        if self._trace is not None:
+            row = call.row
+            self._trace.add(
+                CallQueued, key, call.operation, call.name, provider, row.key if row else None
+            )
+        lane.submit(call)
+        return self._run_owned(call)
 
 
 @asynccontextmanager
-async def open_dispatcher(
-    *,
-    store: ReceiptStore,
-    governor: Governor,
-    tools: ToolRegistry,
-    limits: Limits,
-    run_id: str,
-    owner: str,
-    wall_clock: Callable[[], float],
-    fetch: FetchFunction | None,
-    cleanup: CleanupBudget,
-    trace: Recorder | None = None,
-) -> AsyncIterator[Dispatcher]:
-    """``async with open_dispatcher(...) as receipts:`` the receipts of one run.
+async def open_dispatcher(setup: DispatchSetup) -> AsyncIterator[Dispatcher]:
+    """``async with open_dispatcher(setup) as receipts:`` the receipts of one run.
 
     The dispatcher's tasks live in a nursery of its own, opened here and
     closed on exit, so nothing it started outlives the block. Leaving the
@@ -328,20 +291,8 @@ async def open_dispatcher(
     on every call through the dispatcher raises :class:`RunEnded`.
     """
     async with open_nursery() as nursery:
-        start_soon(nursery, cleanup.watch)
-        dispatcher = Dispatcher(
-            store=store,
-            governor=governor,
-            tools=tools,
-            limits=limits,
-            run_id=run_id,
-            owner=owner,
-            nursery=nursery,
-            wall_clock=wall_clock,
-            fetch=fetch,
-            trace=trace,
-            cleanup=cleanup,
-        )
+        start_soon(nursery, setup.cleanup.watch)
+        dispatcher = Dispatcher(setup, nursery)
         await start(nursery, dispatcher._settler.run)
         await start(nursery, dispatcher._leases.run)
         try:
@@ -349,5 +300,5 @@ async def open_dispatcher(
         finally:
             dispatcher.ended = True
         await dispatcher.drain()
-        dispatcher.raise_if_latched(f"run {run_id}")
+        dispatcher.raise_if_latched(f"run {setup.run_id}")
         nursery.cancel_scope.cancel()

@@ -33,19 +33,17 @@ from .._keys import idempotency_key
 from .._records import Completion, Failure, Lease
 from .._tools import ToolCall
 from .._trace._records import CallFinished, CallStarted
-from ._call import DELIVERED, LOST, SETTLING, owner_gone, park, wake
+from ._call import DELIVERED, LOST, SETTLING, owner_gone, park, provider_of, wake
 from ._leases import unsettled
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from .._governor import Governor
-    from .._limits import Limits
     from .._records import Claimed
-    from .._tools import BatchFunction, FetchFunction
-    from .._trace import Recorder
+    from .._tools import BatchFunction
     from ._call import DispatchStats, Execute, _Call
     from ._settler import Settlement, _Settler
+    from ._setup import DispatchSetup
 
 
 class Executor:
@@ -53,23 +51,18 @@ class Executor:
 
     def __init__(
         self,
-        *,
-        governor: Governor,
-        limits: Limits,
-        now: Callable[[], float],
-        fetch: FetchFunction | None,
+        setup: DispatchSetup,
         stats: DispatchStats,
         settler: _Settler,
         deliver: Callable[..., None],
         release_shielded: Callable[[list[Lease]], Awaitable[None]],
-        trace: Recorder | None = None,
     ) -> None:
-        self._trace = trace
-        self._governor = governor
-        self._release = governor.release
-        self._tool_timeout = limits.tool_timeout
-        self._now = now
-        self._fetch = fetch
+        self._trace = setup.trace
+        self._governor = setup.governor
+        self._release = setup.governor.release
+        self._tool_timeout = setup.limits.tool_timeout
+        self._now = setup.wall_clock
+        self._fetch = setup.fetch
         self._stats = stats
         self._settler = settler
         self._submit = settler.submit
@@ -85,10 +78,8 @@ class Executor:
         provider with a rate or concurrency limit of its own, and steps, wait
         for their gates in their owner's task instead.
         """
-        gate = call.gate
-        unlimited = gate is None or (gate.limiter is None and gate.bucket is None)
-        if call.kind != "local" and unlimited:
-            if not self._governor.acquire_or_queue(call, _granted, gate, call.row):
+        if call.queues:  # its provider has no limits of its own (Governor.is_unlimited)
+            if not self._governor.acquire_or_queue(call, _granted, call.gate, call.row):
                 return
             call.slotted = True
         wake(call)
@@ -218,7 +209,9 @@ class Executor:
         trace = self._trace
         if trace is not None:
             for call, claim in owned:
-                trace.add(CallStarted, call.key, call.name, _provider(call), claim.attempt + retry)
+                trace.add(
+                    CallStarted, call.key, call.name, provider_of(call), claim.attempt + retry
+                )
         results: list[Any]
         scope = trio.CancelScope(deadline=deadline)
         for call, _ in owned:
@@ -339,13 +332,6 @@ def _granted(call: _Call, slot: bool = True) -> bool:
     call.slotted = slot
     wake(call)
     return True
-
-
-def _provider(call: _Call) -> str | None:
-    """The provider ``call`` counts against: its tool's, ``fetch``, or none (a step)."""
-    if call.gate is not None:
-        return call.gate.name
-    return "fetch" if call.kind == "fetch" else None
 
 
 def _finished(result: Any, retrying: bool) -> tuple[str, str | None]:

@@ -13,14 +13,9 @@ from .._trace._records import LeaseLost, LeaseRenewed
 from ._call import CLAIMED, LOST, SETTLING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from .._cleanup import CleanupBudget
-    from .._limits import Limits
     from .._records import Claimed
-    from .._store import ReceiptStore
-    from .._trace import Recorder
     from ._call import _Call, _Cohort
+    from ._setup import DispatchSetup
 
 log = logging.getLogger("trioplay")
 
@@ -28,20 +23,13 @@ log = logging.getLogger("trioplay")
 class Leases:
     """Renews and gives back the receipt leases of one run's claimed calls."""
 
-    def __init__(
-        self,
-        store: ReceiptStore,
-        now: Callable[[], float],
-        limits: Limits,
-        cleanup: CleanupBudget,
-        trace: Recorder | None = None,
-    ) -> None:
-        self._trace = trace
-        self._store = store
-        self._now = now
-        self._lease_ttl = limits.lease_ttl
-        self._interval = limits.lease_ttl / 2
-        self._cleanup = cleanup
+    def __init__(self, setup: DispatchSetup) -> None:
+        self._trace = setup.trace
+        self._store = setup.store
+        self._now = setup.wall_clock
+        self._lease_ttl = setup.limits.lease_ttl
+        self._interval = setup.limits.lease_ttl / 2
+        self._cleanup = setup.cleanup
         # Watched cohorts, oldest first: (when their renewal is due, cohort).
         self._watched: collections.deque[tuple[float, _Cohort]] = collections.deque()
         self._wakeup = trio.Event()  # a cohort was watched while none was

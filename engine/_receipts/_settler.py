@@ -31,10 +31,7 @@ from ._call import SETTLING, _Call
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from .._cleanup import CleanupBudget
-    from .._governor import ProviderGate
-    from .._store import ReceiptStore
-    from .._trace import Recorder
+    from ._setup import DispatchSetup
 
 log = logging.getLogger("trioplay")
 
@@ -50,21 +47,13 @@ class _Settler:
     results waiting for their write.
     """
 
-    def __init__(
-        self,
-        store: ReceiptStore,
-        now: Callable[[], float],
-        cleanup: CleanupBudget,
-        deliver: Callable[..., None],
-        release: Callable[[ProviderGate | None, object], None],
-        trace: Recorder | None = None,
-    ) -> None:
-        self._trace = trace
-        self._store = store
-        self._now = now
-        self._cleanup = cleanup
+    def __init__(self, setup: DispatchSetup, deliver: Callable[..., None]) -> None:
+        self._trace = setup.trace
+        self._store = setup.store
+        self._now = setup.wall_clock
+        self._cleanup = setup.cleanup
         self._deliver = deliver
-        self._release = release
+        self._release = setup.governor.release
         self._pending: list[_Entry] = []
         self._writing: list[_Entry] = []
         self._wakeup = trio.Event()

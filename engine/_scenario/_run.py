@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from typing import TYPE_CHECKING, Any
@@ -16,11 +15,11 @@ from .._runtime import open_runtime
 from .._trace import ChromeTraceSink, JsonlSink, ListSink, Recorder, replay
 from .._trace._records import RunFinished
 from .._trace._timeline import render_timeline
+from .._trio_private import seeded_scheduler
 from ._judge import judge
 from ._result import ScenarioResult
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
     from .._store import Store
@@ -48,7 +47,8 @@ def run_scenario(scenario: Scenario, *, seed: int = 0) -> ScenarioResult:
 
     from trio.testing import MockClock  # here: trio.testing imports pytest, at any command
 
-    with _seeded_scheduler(0):
+    # The same order of woken tasks every time (Trio internals, see _trio_private).
+    with seeded_scheduler(0):
         trio.run(main, clock=MockClock(autojump_threshold=0))
     [done] = ran
     result = ScenarioResult(
@@ -109,33 +109,6 @@ async def _run(scenario: Scenario, seed: int) -> _Ran:
     elif status != "completed" and error is None:
         status, error = "cancelled", "cancelled"
     return _Ran(events, status, error, ended - start, row_errors, stored)
-
-
-@contextlib.contextmanager
-def _seeded_scheduler(seed: int) -> Iterator[None]:
-    """Trio's scheduler, made to run tasks that wake together in an order drawn from ``seed``.
-
-    Trio runs the tasks that woke together in a random order, on purpose, so
-    that code cannot come to depend on it; and timers due at the same
-    instant fire in the order of their cancel scopes' addresses. Under a
-    mock clock many tasks wake at the same instant (a heartbeat and a stall
-    timer, both on the minute), and what a stall line sees then depends on
-    that order. Trio has a switch for this, the one its Hypothesis plugin
-    turns on to make test runs reproducible: each batch of woken tasks is
-    sorted by creation and then shuffled by Trio's generator ``_r``, which
-    is seeded here. Both are Trio internals; they are put back afterwards.
-    """
-    from trio._core import _run as trio_run
-
-    deterministic = trio_run._ALLOW_DETERMINISTIC_SCHEDULING
-    state = trio_run._r.getstate()
-    trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
-    trio_run._r.seed(seed)
-    try:
-        yield
-    finally:
-        trio_run._r.setstate(state)
-        trio_run._ALLOW_DETERMINISTIC_SCHEDULING = deterministic  # type: ignore[misc]
 
 
 @attrs.frozen

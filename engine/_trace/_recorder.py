@@ -23,8 +23,8 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
-from trio._core._run import SystemClock
 
+from .._trio_private import SystemClock
 from ._records import event_of, raw_of
 
 if TYPE_CHECKING:
