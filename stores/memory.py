@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
@@ -62,6 +62,33 @@ def _settled(
         now,
         now,
     )
+
+
+# What a release changes, in a receipt or a page: back to pending, with no lease.
+_RELEASED: dict[str, Any] = {
+    "status": "pending",
+    "lease_id": None,
+    "lease_expires_at": None,
+    "owner": None,
+}
+
+
+def _leased(receipts: dict[str, Receipt], lease: Lease | Completion | Failure) -> Receipt | None:
+    """The receipt under ``lease``, if that lease is still its own."""
+    receipt = receipts.get(lease.key)
+    if receipt is None or receipt.status != "running" or receipt.lease_id != lease.lease_id:
+        return None
+    return receipt
+
+
+def _leased_page(
+    pages: dict[tuple[str, str, int], PageRecord], lease: PageLease
+) -> PageRecord | None:
+    """The page under ``lease``, if that lease is still its own."""
+    page = pages.get((lease.run_id, lease.dataset, lease.offset))
+    if page is None or page.status != "running" or page.lease_id != lease.lease_id:
+        return None
+    return page
 
 
 @attrs.define
@@ -185,19 +212,13 @@ class MemoryStore:
         self._receipts.update((receipt.key, receipt) for receipt in claimed)
         return outcomes
 
-    def _leased(self, key: str, lease_id: str) -> Receipt | None:
-        receipt = self._receipts.get(key)
-        if receipt is None or receipt.status != "running" or receipt.lease_id != lease_id:
-            return None
-        return receipt
-
     async def heartbeat_many(
         self, leases: Sequence[Lease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         await trio.lowlevel.checkpoint()
         expiries: list[float | None] = []
         for lease in leases:
-            receipt = self._leased(lease.key, lease.lease_id)
+            receipt = _leased(self._receipts, lease)
             if receipt is None:
                 expiries.append(None)
                 continue
@@ -212,7 +233,7 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for item in items:
-            receipt = self._leased(item.key, item.lease_id)
+            receipt = _leased(self._receipts, item)
             if receipt is not None:
                 completed = _settled(receipt, "completed", item.result_json, None, now)
                 self._receipts[item.key] = completed
@@ -223,7 +244,7 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for item in items:
-            receipt = self._leased(item.key, item.lease_id)
+            receipt = _leased(self._receipts, item)
             if receipt is not None:
                 self._receipts[item.key] = _settled(receipt, "failed", None, item.error_json, now)
             done.append(receipt is not None)
@@ -233,16 +254,9 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for lease in leases:
-            receipt = self._leased(lease.key, lease.lease_id)
+            receipt = _leased(self._receipts, lease)
             if receipt is not None:
-                self._receipts[lease.key] = attrs.evolve(
-                    receipt,
-                    status="pending",
-                    lease_id=None,
-                    lease_expires_at=None,
-                    owner=None,
-                    updated_at=now,
-                )
+                self._receipts[lease.key] = attrs.evolve(receipt, **_RELEASED, updated_at=now)
             done.append(receipt is not None)
         return done
 
@@ -345,19 +359,13 @@ class MemoryStore:
             self._pages[where] = claimed
         return answer
 
-    def _leased_page(self, lease: PageLease) -> PageRecord | None:
-        page = self._pages.get((lease.run_id, lease.dataset, lease.offset))
-        if page is None or page.status != "running" or page.lease_id != lease.lease_id:
-            return None
-        return page
-
     async def heartbeat_pages(
         self, leases: Sequence[PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         await trio.lowlevel.checkpoint()
         expiries: list[float | None] = []
         for lease in leases:
-            page = self._leased_page(lease)
+            page = _leased_page(self._pages, lease)
             if page is None:
                 expiries.append(None)
                 continue
@@ -370,7 +378,7 @@ class MemoryStore:
 
     async def finish_page(self, lease: PageLease, *, attempt: int, failed: int, now: float) -> bool:
         await trio.lowlevel.checkpoint()
-        page = self._leased_page(lease)
+        page = _leased_page(self._pages, lease)
         if page is None:
             return False
         self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
@@ -385,12 +393,11 @@ class MemoryStore:
 
     async def release_page(self, lease: PageLease, *, now: float) -> bool:
         await trio.lowlevel.checkpoint()
-        page = self._leased_page(lease)
+        page = _leased_page(self._pages, lease)
         if page is None:
             return False
-        self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
-            page, status="pending", lease_id=None, lease_expires_at=None, owner=None, updated_at=now
-        )
+        released = attrs.evolve(page, **_RELEASED, updated_at=now)
+        self._pages[lease.run_id, lease.dataset, lease.offset] = released
         return True
 
 
