@@ -23,24 +23,21 @@ from trioplay import Receipt, RunRecord, SheetEntry, SheetRow, StoreError
 from ._columns import page_values
 from ._pg_bridge import commit_point, committed, transaction
 from ._pg_sql import SCHEMA_VERSION
-from ._rules import PageRecord, decide_claims, page_key, renewed
+from ._rules import PageRecord, page_key, renewed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    from trioplay import (
-        ClaimOutcome,
-        ClaimRequest,
-        Completion,
-        Failure,
-        Lease,
-        PageClaim,
-        PageLease,
-        RowStatus,
-    )
+    import trioplay as tp
 
     from ._pg_bridge import Conn
     from ._pg_sql import Sql
+
+    # decide_claims with the claim's owner, lease_ttl and now.
+    DecideClaims = Callable[
+        [Sequence[tp.ClaimRequest], Mapping[str, Receipt]],
+        tuple[list[tp.ClaimOutcome], list[Receipt]],
+    ]
 
 # A claim that loses a race for a new key (another process inserted it after
 # our snapshot), or a deadlock between two batches, is retried whole.
@@ -171,13 +168,11 @@ def _schema_version(sql: Sql, conn: Conn) -> int:
 def claim_many(
     sql: Sql,
     growth: Growth,
-    requests: list[ClaimRequest],
-    owner: str,
-    lease_ttl: float,
-    now: float,
+    requests: list[tp.ClaimRequest],
+    decide: DecideClaims,
     fresh: bool,
     conn: Conn,
-) -> tuple[list[ClaimOutcome], bool]:
+) -> tuple[list[tp.ClaimOutcome], bool]:
     """Claim ``requests``, each key atomically; also answers whether the next batch tries
     ``fresh``.
 
@@ -194,7 +189,7 @@ def claim_many(
     claims while the others are decided is what a claim is.
     """
     if fresh and len({request.key for request in requests}) == len(requests):
-        outcomes, claimed = decide_claims(requests, {}, owner=owner, lease_ttl=lease_ttl, now=now)
+        outcomes, claimed = decide(requests, {})
         commit_point()  # one INSERT in autocommit mode: it commits as it runs
         rows = conn.execute(sql.insert_new, _receipt_columns(claimed)).fetchall()
         inserted = {key for (key,) in rows}
@@ -203,25 +198,23 @@ def claim_many(
         if len(inserted) == len(requests):
             return outcomes, True
         stored = [request for request in requests if request.key not in inserted]
-        decided = iter(_claim_stored(sql, growth, stored, owner, lease_ttl, now, conn)[0])
+        decided = iter(_claim_stored(sql, growth, stored, decide, conn)[0])
         merged = [
             outcome if request.key in inserted else next(decided)
             for request, outcome in zip(requests, outcomes, strict=True)
         ]
         return merged, False
-    outcomes, found = _claim_stored(sql, growth, requests, owner, lease_ttl, now, conn)
+    outcomes, found = _claim_stored(sql, growth, requests, decide, conn)
     return outcomes, not found
 
 
 def _claim_stored(
     sql: Sql,
     growth: Growth,
-    requests: list[ClaimRequest],
-    owner: str,
-    lease_ttl: float,
-    now: float,
+    requests: list[tp.ClaimRequest],
+    decide: DecideClaims,
     conn: Conn,
-) -> tuple[list[ClaimOutcome], bool]:
+) -> tuple[list[tp.ClaimOutcome], bool]:
     """The general way of a claim: read, decide, lock and upsert; and whether any key was
     stored."""
     keys = sorted({request.key for request in requests})
@@ -230,9 +223,7 @@ def _claim_stored(
         # by others) takes no lock and writes nothing.
         rows = conn.execute(sql.get_receipts, (keys,), binary=True).fetchall()
         stored = {row[0]: receipt(row) for row in rows}
-        outcomes, claimed = decide_claims(
-            requests, stored, owner=owner, lease_ttl=lease_ttl, now=now
-        )
+        outcomes, claimed = decide(requests, stored)
         if not claimed:
             return outcomes, bool(stored)
         existing = sorted(receipt.key for receipt in claimed if receipt.key in stored)
@@ -244,9 +235,7 @@ def _claim_stored(
                     # are now. The other keys keep the answer of the plain read.
                     locked = conn.execute(sql.lock_receipts, (existing,), binary=True).fetchall()
                     stored.update((row[0], receipt(row)) for row in locked)
-                    outcomes, claimed = decide_claims(
-                        requests, stored, owner=owner, lease_ttl=lease_ttl, now=now
-                    )
+                    outcomes, claimed = decide(requests, stored)
                 if claimed:
                     columns = _receipt_columns(claimed)
                     written = conn.execute(sql.upsert_claimed, (*columns, existing)).fetchall()
@@ -339,9 +328,9 @@ def claim_page(
     sql: Sql,
     where: tuple[str, str, int],
     now: float,
-    decide: Callable[[PageRecord | None], tuple[PageClaim, PageRecord | None]],
+    decide: Callable[[PageRecord | None], tuple[tp.PageClaim, PageRecord | None]],
     conn: Conn,
-) -> PageClaim:
+) -> tp.PageClaim:
     with transaction(conn):
         # A page never seen gets a pending row first, so that the row exists
         # to be locked; a pending page is claimed exactly like an absent one.
@@ -395,23 +384,23 @@ def list_runs(sql: Sql, limit: int, conn: Conn) -> list[RunRecord]:
 
 
 def heartbeat_many(
-    sql: Sql, leases: Sequence[Lease], lease_ttl: float, now: float, conn: Conn
+    sql: Sql, leases: Sequence[tp.Lease], lease_ttl: float, now: float, conn: Conn
 ) -> list[float | None]:
     expires = now + lease_ttl
     return renewed(expires, _fenced(sql.heartbeat, (expires, now), _keys(leases), None, True, conn))
 
 
-def complete_many(sql: Sql, items: Sequence[Completion], now: float, conn: Conn) -> list[bool]:
+def complete_many(sql: Sql, items: Sequence[tp.Completion], now: float, conn: Conn) -> list[bool]:
     results = [item.result_json for item in items]
     return _fenced(sql.complete, (now, now), _keys(items), results, False, conn)
 
 
-def fail_many(sql: Sql, items: Sequence[Failure], now: float, conn: Conn) -> list[bool]:
+def fail_many(sql: Sql, items: Sequence[tp.Failure], now: float, conn: Conn) -> list[bool]:
     errors = [item.error_json for item in items]
     return _fenced(sql.fail, (now, now), _keys(items), errors, False, conn)
 
 
-def release_many(sql: Sql, leases: Sequence[Lease], now: float, conn: Conn) -> list[bool]:
+def release_many(sql: Sql, leases: Sequence[tp.Lease], now: float, conn: Conn) -> list[bool]:
     return _fenced(sql.release, (now,), _keys(leases), None, False, conn)
 
 
@@ -438,7 +427,7 @@ def read_rows(
     sql: Sql,
     run_id: str,
     dataset: str,
-    status: RowStatus | None,
+    status: tp.RowStatus | None,
     after_position: int,
     limit: int,
     conn: Conn,
@@ -467,7 +456,7 @@ def list_datasets(sql: Sql, run_id: str, conn: Conn) -> list[str]:
 
 
 def heartbeat_pages(
-    sql: Sql, leases: Sequence[PageLease], lease_ttl: float, now: float, conn: Conn
+    sql: Sql, leases: Sequence[tp.PageLease], lease_ttl: float, now: float, conn: Conn
 ) -> list[float | None]:
     expires = now + lease_ttl
     keys = [page_key(lease) for lease in leases]
@@ -475,14 +464,14 @@ def heartbeat_pages(
 
 
 def finish_page(
-    sql: Sql, lease: PageLease, attempt: int, failed: int, now: float, conn: Conn
+    sql: Sql, lease: tp.PageLease, attempt: int, failed: int, now: float, conn: Conn
 ) -> bool:
     shared = (attempt, failed, now)
     [finished] = _fenced(sql.finish_page, shared, [page_key(lease)], None, False, conn)
     return finished
 
 
-def release_page(sql: Sql, lease: PageLease, now: float, conn: Conn) -> bool:
+def release_page(sql: Sql, lease: tp.PageLease, now: float, conn: Conn) -> bool:
     [released] = _fenced(sql.release_page, (now,), [page_key(lease)], None, False, conn)
     return released
 
@@ -559,5 +548,5 @@ def _receipt_columns(receipts: Iterable[Receipt]) -> list[list[Any]]:
     return [list(column) for column in zip(*map(_receipt_row, receipts), strict=True)]
 
 
-def _keys(items: Iterable[Lease | Completion | Failure]) -> list[tuple[str, str]]:
+def _keys(items: Iterable[tp.Lease | tp.Completion | tp.Failure]) -> list[tuple[str, str]]:
     return [(item.key, item.lease_id) for item in items]

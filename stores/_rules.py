@@ -137,8 +137,8 @@ def decide_page(
     owner: str,
     lease_ttl: float,
     now: float,
-    takeover_lease: str | None,
-    reopen: bool,
+    takeover_lease: str | None = None,
+    reopen: bool = False,
 ) -> tuple[PageClaim, PageRecord | None]:
     """Answer ``claim_page`` for the stored ``page``, without writing.
 

@@ -46,16 +46,7 @@ if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Callable, Iterator, Sequence
 
-    from trioplay import (
-        ClaimOutcome,
-        ClaimRequest,
-        Completion,
-        Failure,
-        Lease,
-        PageClaim,
-        PageLease,
-        RowStatus,
-    )
+    import trioplay as tp
 
 
 @contextmanager
@@ -140,13 +131,13 @@ class _Fallback(Exception):
 
 
 def claim_many(
-    requests: Sequence[ClaimRequest],
+    requests: Sequence[tp.ClaimRequest],
     owner: str,
     lease_ttl: float,
     now: float,
     fresh: bool,
     conn: sqlite3.Connection,
-) -> tuple[list[ClaimOutcome], bool]:
+) -> tuple[list[tp.ClaimOutcome], bool]:
     """Claim ``requests`` atomically; also answers whether the next batch tries ``fresh``.
 
     With ``fresh``, the batch first tries to claim every key as new
@@ -179,12 +170,12 @@ def claim_many(
 
 
 def _claim_fresh(
-    requests: Sequence[ClaimRequest],
+    requests: Sequence[tp.ClaimRequest],
     owner: str,
     lease_ttl: float,
     now: float,
     conn: sqlite3.Connection,
-) -> list[ClaimOutcome] | None:
+) -> list[tp.ClaimOutcome] | None:
     """Claim every request as a new key; None if some key is stored or repeated.
 
     :func:`decide_claims` claims a key with no receipt whatever the request
@@ -233,24 +224,26 @@ def _fenced(sql: str, params: list[tuple[Any, ...]], conn: sqlite3.Connection) -
 
 
 def heartbeat_many(
-    leases: Sequence[Lease], lease_ttl: float, now: float, conn: sqlite3.Connection
+    leases: Sequence[tp.Lease], lease_ttl: float, now: float, conn: sqlite3.Connection
 ) -> list[float | None]:
     expires = now + lease_ttl
     params = [(expires, now, lease.key, lease.lease_id) for lease in leases]
     return renewed(expires, _fenced(HEARTBEAT, params, conn))
 
 
-def complete_many(items: Sequence[Completion], now: float, conn: sqlite3.Connection) -> list[bool]:
+def complete_many(
+    items: Sequence[tp.Completion], now: float, conn: sqlite3.Connection
+) -> list[bool]:
     params = [(item.result_json, now, now, item.key, item.lease_id) for item in items]
     return _fenced(COMPLETE, params, conn)
 
 
-def fail_many(items: Sequence[Failure], now: float, conn: sqlite3.Connection) -> list[bool]:
+def fail_many(items: Sequence[tp.Failure], now: float, conn: sqlite3.Connection) -> list[bool]:
     params = [(item.error_json, now, now, item.key, item.lease_id) for item in items]
     return _fenced(FAIL, params, conn)
 
 
-def release_many(leases: Sequence[Lease], now: float, conn: sqlite3.Connection) -> list[bool]:
+def release_many(leases: Sequence[tp.Lease], now: float, conn: sqlite3.Connection) -> list[bool]:
     params = [(now, lease.key, lease.lease_id) for lease in leases]
     return _fenced(RELEASE, params, conn)
 
@@ -288,7 +281,7 @@ def sheet_status(
 def read_rows(
     run_id: str,
     dataset: str,
-    status: RowStatus | None,
+    status: tp.RowStatus | None,
     after_position: int,
     limit: int,
     conn: sqlite3.Connection,
@@ -324,9 +317,9 @@ def claim_page(
     run_id: str,
     dataset: str,
     offset: int,
-    decide: Callable[[PageRecord | None], tuple[PageClaim, PageRecord | None]],
+    decide: Callable[[PageRecord | None], tuple[tp.PageClaim, PageRecord | None]],
     conn: sqlite3.Connection,
-) -> PageClaim:
+) -> tp.PageClaim:
     where = (run_id, dataset, offset)
     with transaction(conn):
         row = conn.execute(
@@ -345,7 +338,7 @@ def claim_page(
 
 
 def heartbeat_pages(
-    leases: Sequence[PageLease], lease_ttl: float, now: float, conn: sqlite3.Connection
+    leases: Sequence[tp.PageLease], lease_ttl: float, now: float, conn: sqlite3.Connection
 ) -> list[float | None]:
     expires = now + lease_ttl
     params = [(expires, now, *page_key(lease)) for lease in leases]
@@ -353,12 +346,12 @@ def heartbeat_pages(
 
 
 def finish_page(
-    lease: PageLease, attempt: int, failed: int, now: float, conn: sqlite3.Connection
+    lease: tp.PageLease, attempt: int, failed: int, now: float, conn: sqlite3.Connection
 ) -> bool:
     [finished] = _fenced(FINISH_PAGE, [(attempt, failed, now, *page_key(lease))], conn)
     return finished
 
 
-def release_page(lease: PageLease, now: float, conn: sqlite3.Connection) -> bool:
+def release_page(lease: tp.PageLease, now: float, conn: sqlite3.Connection) -> bool:
     [released] = _fenced(RELEASE_PAGE, [(now, *page_key(lease))], conn)
     return released

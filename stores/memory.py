@@ -8,32 +8,21 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 import attrs
 import trio
 
-from trioplay import (
-    ClaimOutcome,
-    ClaimRequest,
-    Completion,
-    Failure,
-    Lease,
-    PageClaim,
-    PageLease,
-    Receipt,
-    RunRecord,
-    SheetEntry,
-    SheetRow,
-    StoreError,
-)
+from trioplay import Receipt, RunRecord, SheetEntry, SheetRow, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from trioplay import RowStatus, RunStatus
+    import trioplay as tp
+    from trioplay import RunStatus
 
 from ._rules import PageRecord, decide_claims, decide_page
+from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
 
 URL = "memory://"
 
@@ -73,7 +62,9 @@ _RELEASED: dict[str, Any] = {
 }
 
 
-def _leased(receipts: dict[str, Receipt], lease: Lease | Completion | Failure) -> Receipt | None:
+def _leased(
+    receipts: dict[str, Receipt], lease: tp.Lease | tp.Completion | tp.Failure
+) -> Receipt | None:
     """The receipt under ``lease``, if that lease is still its own."""
     receipt = receipts.get(lease.key)
     if receipt is None or receipt.status != "running" or receipt.lease_id != lease.lease_id:
@@ -82,7 +73,7 @@ def _leased(receipts: dict[str, Receipt], lease: Lease | Completion | Failure) -
 
 
 def _leased_page(
-    pages: dict[tuple[str, str, int], PageRecord], lease: PageLease
+    pages: dict[tuple[str, str, int], PageRecord], lease: tp.PageLease
 ) -> PageRecord | None:
     """The page under ``lease``, if that lease is still its own."""
     page = pages.get((lease.run_id, lease.dataset, lease.offset))
@@ -165,15 +156,9 @@ class MemoryStore:
         return record
 
     async def finish_attempt(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        now: float,
-        output_json: str | None = None,
-        error: str | None = None,
-        stats_json: str | None = None,
+        self, run_id: str, status: RunStatus, **end: Unpack[AttemptEnd]
     ) -> None:
+        now, output_json, error, stats_json = attempt_end(**end)
         await trio.lowlevel.checkpoint()
         record = self._runs.get(run_id)
         if record is None:
@@ -203,8 +188,8 @@ class MemoryStore:
 
     # -- receipts -----------------------------------------------------------
     async def claim_many(
-        self, requests: Sequence[ClaimRequest], *, owner: str, lease_ttl: float, now: float
-    ) -> list[ClaimOutcome]:
+        self, requests: Sequence[tp.ClaimRequest], *, owner: str, lease_ttl: float, now: float
+    ) -> list[tp.ClaimOutcome]:
         await trio.lowlevel.checkpoint()
         outcomes, claimed = decide_claims(
             requests, self._receipts, owner=owner, lease_ttl=lease_ttl, now=now
@@ -213,7 +198,7 @@ class MemoryStore:
         return outcomes
 
     async def heartbeat_many(
-        self, leases: Sequence[Lease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         await trio.lowlevel.checkpoint()
         expiries: list[float | None] = []
@@ -229,7 +214,7 @@ class MemoryStore:
             expiries.append(expires)
         return expiries
 
-    async def complete_many(self, items: Sequence[Completion], *, now: float) -> list[bool]:
+    async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for item in items:
@@ -240,7 +225,7 @@ class MemoryStore:
             done.append(receipt is not None)
         return done
 
-    async def fail_many(self, items: Sequence[Failure], *, now: float) -> list[bool]:
+    async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for item in items:
@@ -250,7 +235,7 @@ class MemoryStore:
             done.append(receipt is not None)
         return done
 
-    async def release_many(self, leases: Sequence[Lease], *, now: float) -> list[bool]:
+    async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for lease in leases:
@@ -299,14 +284,9 @@ class MemoryStore:
         return entries
 
     async def read_rows(
-        self,
-        run_id: str,
-        dataset: str,
-        *,
-        status: RowStatus | None = None,
-        after_position: int = -1,
-        limit: int = 1000,
+        self, run_id: str, dataset: str, **query: Unpack[RowQuery]
     ) -> list[SheetRow]:
+        status, after_position, limit = row_query(**query)
         await trio.lowlevel.checkpoint()
         sheet = self._sheets.get((run_id, dataset))
         if sheet is None or limit <= 0:
@@ -334,33 +314,17 @@ class MemoryStore:
 
     # -- page leases --------------------------------------------------------
     async def claim_page(
-        self,
-        run_id: str,
-        dataset: str,
-        offset: int,
-        *,
-        owner: str,
-        lease_ttl: float,
-        now: float,
-        takeover_lease: str | None = None,
-        reopen: bool = False,
-    ) -> PageClaim:
+        self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
+    ) -> tp.PageClaim:
         await trio.lowlevel.checkpoint()
         where = (run_id, dataset, offset)
-        answer, claimed = decide_page(
-            self._pages.get(where),
-            owner=owner,
-            lease_ttl=lease_ttl,
-            now=now,
-            takeover_lease=takeover_lease,
-            reopen=reopen,
-        )
+        answer, claimed = decide_page(self._pages.get(where), **terms)
         if claimed is not None:
             self._pages[where] = claimed
         return answer
 
     async def heartbeat_pages(
-        self, leases: Sequence[PageLease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         await trio.lowlevel.checkpoint()
         expiries: list[float | None] = []
@@ -376,7 +340,9 @@ class MemoryStore:
             expiries.append(expires)
         return expiries
 
-    async def finish_page(self, lease: PageLease, *, attempt: int, failed: int, now: float) -> bool:
+    async def finish_page(
+        self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
+    ) -> bool:
         await trio.lowlevel.checkpoint()
         page = _leased_page(self._pages, lease)
         if page is None:
@@ -391,7 +357,7 @@ class MemoryStore:
         )
         return True
 
-    async def release_page(self, lease: PageLease, *, now: float) -> bool:
+    async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
         await trio.lowlevel.checkpoint()
         page = _leased_page(self._pages, lease)
         if page is None:

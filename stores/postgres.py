@@ -30,7 +30,7 @@ import math
 import os
 import re
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import psycopg
@@ -54,26 +54,13 @@ from ._pg_bridge import (
 )
 from ._pg_jobs import Contended, Growth
 from ._pg_sql import CREATE_INCOMING, SCHEMA_VERSION, Sql
-from ._rules import decide_page
+from ._rules import decide_claims, decide_page
+from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from trioplay import (
-        ClaimOutcome,
-        ClaimRequest,
-        Completion,
-        Failure,
-        Lease,
-        PageClaim,
-        PageLease,
-        Receipt,
-        RowStatus,
-        RunRecord,
-        RunStatus,
-        SheetEntry,
-        SheetRow,
-    )
+    import trioplay as tp
 
     from ._pg_bridge import Conn
 
@@ -239,68 +226,56 @@ class PostgresStore:
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
         self, run_id: str, play: str, input_json: str, *, now: float
-    ) -> RunRecord:
+    ) -> tp.RunRecord:
         begin = partial(jobs.begin_attempt, self._sql, run_id, play, input_json, float(now))
         return await self._call("begin_attempt", begin)
 
     async def finish_attempt(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        now: float,
-        output_json: str | None = None,
-        error: str | None = None,
-        stats_json: str | None = None,
+        self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]
     ) -> None:
-        params = (status, float(now), output_json, error, stats_json, run_id)
+        now, *ending = attempt_end(**end)
+        params = (status, float(now), *ending, run_id)
         if not await self._call("finish_attempt", partial(jobs.finish_attempt, self._sql, params)):
             raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
 
-    async def get_run(self, run_id: str) -> RunRecord | None:
+    async def get_run(self, run_id: str) -> tp.RunRecord | None:
         return await self._call("get_run", partial(jobs.get_run, self._sql, run_id))
 
-    async def list_runs(self, *, limit: int = 50) -> list[RunRecord]:
+    async def list_runs(self, *, limit: int = 50) -> list[tp.RunRecord]:
         return await self._call("list_runs", partial(jobs.list_runs, self._sql, limit))
 
     # -- receipts -----------------------------------------------------------
     async def claim_many(
-        self, requests: Sequence[ClaimRequest], *, owner: str, lease_ttl: float, now: float
-    ) -> list[ClaimOutcome]:
+        self, requests: Sequence[tp.ClaimRequest], *, owner: str, lease_ttl: float, now: float
+    ) -> list[tp.ClaimOutcome]:
         if not requests:
             await trio.lowlevel.checkpoint()
             return []
+        decide = partial(decide_claims, owner=owner, lease_ttl=float(lease_ttl), now=float(now))
         claim = partial(
-            jobs.claim_many,
-            self._sql,
-            self._growth,
-            list(requests),
-            owner,
-            float(lease_ttl),
-            float(now),
-            self._fresh_claims,
+            jobs.claim_many, self._sql, self._growth, list(requests), decide, self._fresh_claims
         )
         outcomes, self._fresh_claims = await self._call("claim_many", claim)
         return outcomes
 
     async def heartbeat_many(
-        self, leases: Sequence[Lease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         renew = partial(jobs.heartbeat_many, self._sql, leases, float(lease_ttl), float(now))
         return await self._call("heartbeat_many", renew)
 
-    async def complete_many(self, items: Sequence[Completion], *, now: float) -> list[bool]:
+    async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
         complete = partial(jobs.complete_many, self._sql, items, float(now))
         return await self._call("complete_many", complete)
 
-    async def fail_many(self, items: Sequence[Failure], *, now: float) -> list[bool]:
+    async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
         return await self._call("fail_many", partial(jobs.fail_many, self._sql, items, float(now)))
 
-    async def release_many(self, leases: Sequence[Lease], *, now: float) -> list[bool]:
+    async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         release = partial(jobs.release_many, self._sql, leases, float(now))
         return await self._call("release_many", release)
 
-    async def get_many(self, keys: Sequence[str]) -> list[Receipt | None]:
+    async def get_many(self, keys: Sequence[str]) -> list[tp.Receipt | None]:
         if not keys:
             await trio.lowlevel.checkpoint()
             return []
@@ -313,7 +288,7 @@ class PostgresStore:
 
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
-        self, run_id: str, dataset: str, rows: Sequence[SheetRow]
+        self, run_id: str, dataset: str, rows: Sequence[tp.SheetRow]
     ) -> None:
         if not rows:
             await trio.lowlevel.checkpoint()
@@ -325,7 +300,7 @@ class PostgresStore:
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
-    ) -> dict[str, SheetEntry]:
+    ) -> dict[str, tp.SheetEntry]:
         if not keys:
             await trio.lowlevel.checkpoint()
             return {}
@@ -334,14 +309,9 @@ class PostgresStore:
         return await self._call("sheet_status", status)
 
     async def read_rows(
-        self,
-        run_id: str,
-        dataset: str,
-        *,
-        status: RowStatus | None = None,
-        after_position: int = -1,
-        limit: int = 1000,
-    ) -> list[SheetRow]:
+        self, run_id: str, dataset: str, **query: Unpack[RowQuery]
+    ) -> list[tp.SheetRow]:
+        status, after_position, limit = row_query(**query)
         if limit <= 0:
             await trio.lowlevel.checkpoint()
             return []
@@ -356,39 +326,28 @@ class PostgresStore:
 
     # -- page leases --------------------------------------------------------
     async def claim_page(
-        self,
-        run_id: str,
-        dataset: str,
-        offset: int,
-        *,
-        owner: str,
-        lease_ttl: float,
-        now: float,
-        takeover_lease: str | None = None,
-        reopen: bool = False,
-    ) -> PageClaim:
-        decide = partial(
-            decide_page,
-            owner=owner,
-            lease_ttl=float(lease_ttl),
-            now=float(now),
-            takeover_lease=takeover_lease,
-            reopen=reopen,
-        )
-        claim = partial(jobs.claim_page, self._sql, (run_id, dataset, offset), float(now), decide)
+        self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
+    ) -> tp.PageClaim:
+        # Floats, as the columns are: psycopg sends an int as an integer.
+        terms["lease_ttl"] = float(terms["lease_ttl"])
+        terms["now"] = now = float(terms["now"])
+        decide = partial(decide_page, **terms)
+        claim = partial(jobs.claim_page, self._sql, (run_id, dataset, offset), now, decide)
         return await self._call("claim_page", claim)
 
     async def heartbeat_pages(
-        self, leases: Sequence[PageLease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         renew = partial(jobs.heartbeat_pages, self._sql, leases, float(lease_ttl), float(now))
         return await self._call("heartbeat_pages", renew)
 
-    async def finish_page(self, lease: PageLease, *, attempt: int, failed: int, now: float) -> bool:
+    async def finish_page(
+        self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
+    ) -> bool:
         finish = partial(jobs.finish_page, self._sql, lease, attempt, failed, float(now))
         return await self._call("finish_page", finish)
 
-    async def release_page(self, lease: PageLease, *, now: float) -> bool:
+    async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
         release = partial(jobs.release_page, self._sql, lease, float(now))
         return await self._call("release_page", release)
 

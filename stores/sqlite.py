@@ -17,7 +17,7 @@ import os
 import sqlite3
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, Unpack
 from urllib.parse import parse_qsl
 
 import trio
@@ -28,25 +28,12 @@ from . import _sqlite_jobs as jobs
 from ._rules import decide_page
 from ._sqlite_bridge import DEFAULT_LOCK_TIMEOUT, Worker
 from ._sqlite_sql import SCHEMA_VERSION
+from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from trioplay import (
-        ClaimOutcome,
-        ClaimRequest,
-        Completion,
-        Failure,
-        Lease,
-        PageClaim,
-        PageLease,
-        Receipt,
-        RowStatus,
-        RunRecord,
-        RunStatus,
-        SheetEntry,
-        SheetRow,
-    )
+    import trioplay as tp
 
 T = TypeVar("T")
 
@@ -191,59 +178,53 @@ class SqliteStore:
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
         self, run_id: str, play: str, input_json: str, *, now: float
-    ) -> RunRecord:
+    ) -> tp.RunRecord:
         return await self._call(
             "begin_attempt", partial(jobs.begin_attempt, run_id, play, input_json, now)
         )
 
     async def finish_attempt(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        now: float,
-        output_json: str | None = None,
-        error: str | None = None,
-        stats_json: str | None = None,
+        self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]
     ) -> None:
-        params = (status, now, output_json, error, stats_json, run_id)
+        now, *ending = attempt_end(**end)
+        params = (status, now, *ending, run_id)
         updated = await self._call("finish_attempt", partial(jobs.finish_attempt, params))
         if not updated:
             raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
 
-    async def get_run(self, run_id: str) -> RunRecord | None:
+    async def get_run(self, run_id: str) -> tp.RunRecord | None:
         return await self._call("get_run", partial(jobs.get_run, run_id), interruptible=True)
 
-    async def list_runs(self, *, limit: int = 50) -> list[RunRecord]:
+    async def list_runs(self, *, limit: int = 50) -> list[tp.RunRecord]:
         return await self._call("list_runs", partial(jobs.list_runs, limit), interruptible=True)
 
     # -- receipts -----------------------------------------------------------
     async def claim_many(
-        self, requests: Sequence[ClaimRequest], *, owner: str, lease_ttl: float, now: float
-    ) -> list[ClaimOutcome]:
+        self, requests: Sequence[tp.ClaimRequest], *, owner: str, lease_ttl: float, now: float
+    ) -> list[tp.ClaimOutcome]:
         claim = partial(jobs.claim_many, requests, owner, lease_ttl, now, self._fresh_claims)
         outcomes, self._fresh_claims = await self._call("claim_many", claim)
         return outcomes
 
     async def heartbeat_many(
-        self, leases: Sequence[Lease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         renew = partial(jobs.heartbeat_many, leases, lease_ttl, now)
         return await self._call("heartbeat_many", renew, urgent=True)
 
-    async def complete_many(self, items: Sequence[Completion], *, now: float) -> list[bool]:
+    async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
         small = sum(len(item.result_json) for item in items) <= _INLINE_BYTES
         return await self._call(
             "complete_many", partial(jobs.complete_many, items, now), inline=small
         )
 
-    async def fail_many(self, items: Sequence[Failure], *, now: float) -> list[bool]:
+    async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
         return await self._call("fail_many", partial(jobs.fail_many, items, now))
 
-    async def release_many(self, leases: Sequence[Lease], *, now: float) -> list[bool]:
+    async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         return await self._call("release_many", partial(jobs.release_many, leases, now))
 
-    async def get_many(self, keys: Sequence[str]) -> list[Receipt | None]:
+    async def get_many(self, keys: Sequence[str]) -> list[tp.Receipt | None]:
         found = await self._call("get_many", partial(jobs.get_many, keys), interruptible=True)
         return [found.get(key) for key in keys]
 
@@ -254,7 +235,7 @@ class SqliteStore:
 
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
-        self, run_id: str, dataset: str, rows: Sequence[SheetRow]
+        self, run_id: str, dataset: str, rows: Sequence[tp.SheetRow]
     ) -> None:
         # A large batch is written on the thread, so the event loop goes on meanwhile.
         small = sum(len(row.data_json) for row in rows) <= _INLINE_BYTES
@@ -266,7 +247,7 @@ class SqliteStore:
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
-    ) -> dict[str, SheetEntry]:
+    ) -> dict[str, tp.SheetEntry]:
         return await self._call(
             "sheet_status",
             partial(jobs.sheet_status, run_id, dataset, keys),
@@ -275,14 +256,9 @@ class SqliteStore:
         )
 
     async def read_rows(
-        self,
-        run_id: str,
-        dataset: str,
-        *,
-        status: RowStatus | None = None,
-        after_position: int = -1,
-        limit: int = 1000,
-    ) -> list[SheetRow]:
+        self, run_id: str, dataset: str, **query: Unpack[RowQuery]
+    ) -> list[tp.SheetRow]:
+        status, after_position, limit = row_query(**query)
         return await self._call(
             "read_rows",
             partial(jobs.read_rows, run_id, dataset, status, after_position, limit),
@@ -301,40 +277,24 @@ class SqliteStore:
 
     # -- page leases --------------------------------------------------------
     async def claim_page(
-        self,
-        run_id: str,
-        dataset: str,
-        offset: int,
-        *,
-        owner: str,
-        lease_ttl: float,
-        now: float,
-        takeover_lease: str | None = None,
-        reopen: bool = False,
-    ) -> PageClaim:
-        decide = partial(
-            decide_page,
-            owner=owner,
-            lease_ttl=lease_ttl,
-            now=now,
-            takeover_lease=takeover_lease,
-            reopen=reopen,
-        )
-        return await self._call(
-            "claim_page", partial(jobs.claim_page, run_id, dataset, offset, decide)
-        )
+        self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
+    ) -> tp.PageClaim:
+        claim = partial(jobs.claim_page, run_id, dataset, offset, partial(decide_page, **terms))
+        return await self._call("claim_page", claim)
 
     async def heartbeat_pages(
-        self, leases: Sequence[PageLease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         renew = partial(jobs.heartbeat_pages, leases, lease_ttl, now)
         return await self._call("heartbeat_pages", renew, urgent=True)
 
-    async def finish_page(self, lease: PageLease, *, attempt: int, failed: int, now: float) -> bool:
+    async def finish_page(
+        self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
+    ) -> bool:
         finish = partial(jobs.finish_page, lease, attempt, failed, now)
         return await self._call("finish_page", finish)
 
-    async def release_page(self, lease: PageLease, *, now: float) -> bool:
+    async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
         return await self._call("release_page", partial(jobs.release_page, lease, now))
 
 
