@@ -262,7 +262,7 @@ def _fenced(
     renews: bool,
     conn: Conn,
 ) -> list[bool]:
-    """One _fenced UPDATE for a batch of leases; True per item whose lease matched.
+    """One fenced UPDATE for a batch of leases; True per item whose lease matched.
 
     The answers are those of applying the items in order: an item repeating
     an earlier lease gets the earlier one's answer when the write ``renews``

@@ -134,7 +134,7 @@ class Sql:
             WHERE r.key = ANY(%b::text[])
             RETURNING r.key
         """
-        # A batch of keys taken for new (see _pg_jobs._claim_many): the rows
+        # A batch of keys taken for new (see _pg_jobs.claim_many): the rows
         # of keys that have a receipt already are skipped, not returned.
         self.insert_new = f"""
             INSERT INTO {s}.receipts ({RECEIPT_COLUMNS})
