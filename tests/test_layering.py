@@ -127,6 +127,40 @@ def test_the_cli_sits_on_top() -> None:
     assert importers == {"trioplay.__main__"}
 
 
+def _lazy_imports(path: Path) -> set[str]:
+    """The modules ``path`` imports inside a function (where it draws, not at import)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and inner.module:
+                    found.add(inner.module.lstrip("."))
+    return found
+
+
+def test_the_pictures_sit_above_the_core_and_are_imported_lazily() -> None:
+    # Drawing is a tool of the command line and the scenario lab, not of a run:
+    # the core never imports it, and those two only where they draw.
+    importers = {
+        module
+        for module, path in ENGINE.items()
+        if not module.startswith("trioplay._pictures")
+        and any(t.startswith("trioplay._pictures") for t in _imports(module, path))
+    }
+    assert importers == {"trioplay._cli._commands", "trioplay._scenario._run"}
+    for module in importers:
+        lazy = _lazy_imports(ENGINE[module])
+        assert any(name.endswith("_pictures") for name in lazy), f"{module}: not lazily"
+    # The room reads the records and their spans, nothing of the runtime.
+    for module, path in ENGINE.items():
+        if module.startswith("trioplay._pictures"):
+            reached = {t for t in _imports(module, path) if t.startswith("trioplay")}
+            assert {t for t in reached if not t.startswith(("trioplay._trace", module))} <= {
+                "trioplay._pictures",
+                "trioplay._pictures._timeline",
+            }, module
+
+
 @pytest.mark.parametrize("package", ["trioplay.stores", "trioplay.adapters"])
 def test_stores_and_adapters_use_only_the_public_engine(package: str) -> None:
     private = {
