@@ -78,7 +78,7 @@ class MapProgress(Event):
     skipped: int
     duplicates: int
     unconfirmed: int
-    total: int | None = None
+    total: int | None
 
 
 @attrs.frozen
@@ -91,7 +91,7 @@ class MapFinished(Event):
     skipped: int
     duplicates: int
     unconfirmed: int
-    total: int | None = None
+    total: int | None = None  # added in 2 without a new version: a default
 
 
 @attrs.frozen
