@@ -3,7 +3,7 @@
 Run with the Python of each tree to compare, in one command, so both share
 the machine's load (docs/architecture.md, "The event stream")::
 
-    for tree in BEFORE AFTER; do (cd $tree && .venv/bin/python benchmarks/events_cost.py); done
+    for tree in ../before .; do (cd $tree && .venv/bin/python benchmarks/events_cost.py); done
 
 Each figure is the best of five rounds. Where the tree still has the cattrs
 converter of the events (before issue 21), the same records through it are
