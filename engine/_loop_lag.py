@@ -48,9 +48,11 @@ class LoopWatch:
         self,
         threshold: float,
         facts: Recorder | None = None,
+        run_id: str = "",
     ) -> None:
         self.threshold = threshold
         self._facts = facts
+        self._run_id = run_id
         # (woke at, lag) of the lags at or above the threshold, oldest first.
         self._lags: deque[tuple[float, float]] = deque(maxlen=1024)
         self._deadline = math.inf  # when the watchdog is due to wake next
@@ -67,7 +69,9 @@ class LoopWatch:
             if lag >= self.threshold:
                 self._lags.append((woke, lag))
                 if self._facts is not None:
-                    self._facts.add(LoopLag, float(_ms(lag)), float(_ms(self.threshold)))
+                    self._facts.add(
+                        LoopLag, float(_ms(lag)), float(_ms(self.threshold)), self._run_id
+                    )
 
     def lag_since(self, since: float) -> float:
         """The largest lag at or above the threshold seen at or after ``since`` (0 if none).

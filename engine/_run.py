@@ -75,7 +75,7 @@ class RunServices:
         else:
             play_log.info("[%s] %s", self.run_id, message)
         if self.facts is not None:
-            self.facts.add(PlayLog, str(message), where.get("map"), where.get("row"))
+            self.facts.add(PlayLog, str(message), where.get("map"), where.get("row"), self.run_id)
 
     async def step(
         self, receipt_key: str, name: str, fn: Callable[[], Any], stale_after: float | None

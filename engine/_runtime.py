@@ -212,7 +212,7 @@ class Runtime:
             )
             async with open_dispatcher(setup) as dispatcher:
                 stats = dispatcher.stats
-                loop_watch = LoopWatch(self.limits.loop_lag_threshold, self.facts)
+                loop_watch = LoopWatch(self.limits.loop_lag_threshold, self.facts, run_id)
                 services = RunServices(
                     run_id=run_id,
                     attempt=record.attempt,

@@ -9,6 +9,7 @@ recorded at, on the run's Trio clock.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from typing import Any
@@ -195,3 +196,34 @@ async def test_a_run_says_each_fact_once_and_listeners_hear_it_at_its_time(
     assert types[-1] == "run.finished"
     assert {"map.started", "map.progress", "map.finished", "play.log"} <= set(types)
     assert told[-1].data["stats"]["provider_calls"] == 30
+
+
+async def test_runs_of_one_runtime_at_once_each_hear_their_own_events(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Two runs of one play (so maps of one name) in one runtime at the same
+    # time: every event a listener hears names the run that said it.
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        ctx.log(f"start {ctx.run_id}")
+        await trio.sleep(1)  # both runs are under way before either logs again
+        ctx.log(f"end {ctx.run_id}")
+        return await ctx.dataset("s", leads(5)).with_column("email", find_email).run(key="domain")
+
+    told: list[trioplay.RuntimeEvent] = []
+    with trio.fail_after(600):
+        async with (
+            trioplay.open_runtime(
+                store=MemoryStore(), tools=registry(finder=CountingTool()), on_event=told.append
+            ) as rt,
+            trio.open_nursery() as nursery,
+        ):
+            for run_id in ("a", "b"):
+                nursery.start_soon(functools.partial(rt.run, play, {}, run_id=run_id))
+    for event in told:
+        if event.type == "play.log":
+            assert event.data["message"].endswith(event.run_id), event
+    maps = [(e.run_id, e.type) for e in told if e.type.startswith("map.")]
+    assert {run for run, _type in maps} == {"a", "b"}
+    for run in ("a", "b"):
+        assert (run, "map.finished") in maps

@@ -65,12 +65,13 @@ def test_the_jsonl_fast_path_writes_what_the_converter_does(event: Event) -> Non
 
 def test_a_value_not_of_its_declared_type_still_writes_valid_json() -> None:
     kind = EVENT_TYPES["loop.lag"]
-    assert json.loads(json_line((kind, 1.0, 7, 5))) == {
+    assert json.loads(json_line((kind, 1.0, 7, 5, "r"))) == {
         "type": "loop.lag",
         "v": VERSION,
         "at": 1.0,
         "lag_ms": 7,
         "threshold_ms": 5,
+        "run": "r",
     }
 
 

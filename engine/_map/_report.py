@@ -93,7 +93,7 @@ class MapReport:
 
     def progress(self, counts: MapCounts) -> None:
         if self._facts is not None:
-            self._facts.add(MapProgress, self.name, *counts, self._total)
+            self._facts.add(MapProgress, self.name, *counts, self._total, self._run_id)
 
     def changed(self) -> None:
         """The counts changed: the next progress tick reports them."""
@@ -110,14 +110,16 @@ class MapReport:
     def ended(self, status: str, counts: MapCounts) -> None:
         """The ``map.finished`` record, of a map that completed or failed."""
         if self._facts is not None:
-            self._facts.add(MapFinished, self.name, status, *counts, self._total)
+            self._facts.add(MapFinished, self.name, status, *counts, self._total, self._run_id)
 
     def stalled(self, report: dict[str, Any]) -> None:
         """A page's stall line (the observer's ``emit`` hook), as a record."""
         if self._facts is not None:
             phase = str(report.get("oldest_phase"))
             cause = stall_cause(report)
-            self._facts.add(MapStall, self.name, report["page_offset"], phase, cause, dict(report))
+            self._facts.add(
+                MapStall, self.name, report["page_offset"], phase, cause, dict(report), self._run_id
+            )
 
     # -- pages --------------------------------------------------------------
     def page_started(self, offset: int, rows: int) -> None:
@@ -136,7 +138,7 @@ class MapReport:
             offset,
         )
         if self._facts is not None:
-            self._facts.add(PageLost, self.name, offset)
+            self._facts.add(PageLost, self.name, offset, self._run_id)
 
     # -- rows (called only while ``trace`` is set) ---------------------------
     def row_admitted(self, offset: int, key: str) -> None:

@@ -88,15 +88,11 @@ FACTS: dict[type[Event], Fact] = {
 class EventStream:
     """A sink that reads its batches as ``RuntimeEvent`` objects (by :data:`FACTS`) and tells each.
 
-    ``run_id`` is the run a record names, else the run its map belongs to,
-    else the run started last.
+    Every record of :data:`FACTS` names its run, so each event says whose it is
+    even when several runs of one runtime record at once.
     """
 
     live: ClassVar[bool] = True
-
-    def __init__(self) -> None:
-        self._run = ""
-        self._map_runs: dict[str | None, str] = {}
 
     def write(self, batch: list[Raw]) -> None:
         for raw in batch:
@@ -104,16 +100,9 @@ class EventStream:
             if fact is None:
                 continue
             record: Any = event_of(raw)
-            if isinstance(record, RunStarted):
-                self._run = record.run
-            elif isinstance(record, MapStarted):
-                self._map_runs[record.map] = record.run
             data = fact.data(record)
             if data is not None:
-                run = getattr(record, "run", None)
-                if run is None:
-                    run = self._map_runs.get(getattr(record, "map", None), self._run)
-                self.tell(RuntimeEvent(fact.type, run, record.at, data))
+                self.tell(RuntimeEvent(fact.type, record.run, record.at, data))
 
     def tell(self, event: RuntimeEvent) -> None:
         """One event of the stream (a subclass says what to do with it)."""

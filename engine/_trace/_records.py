@@ -79,6 +79,7 @@ class MapProgress(Event):
     duplicates: int
     unconfirmed: int
     total: int | None
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 @attrs.frozen
@@ -92,6 +93,7 @@ class MapFinished(Event):
     duplicates: int
     unconfirmed: int
     total: int | None = None  # added in 2 without a new version: a default
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 @attrs.frozen
@@ -107,6 +109,7 @@ class PageLost(Event):
     TYPE = "page.lost"
     map: str
     page: int
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 @attrs.frozen
@@ -292,6 +295,7 @@ class MapStall(Event):
     phase: str  # the stall line's oldest_phase
     cause: str  # a one-line reading of the stall line
     report: dict[str, Any]  # the whole [runtime.map_stall] line
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 @attrs.frozen
@@ -299,6 +303,7 @@ class LoopLag(Event):
     TYPE = "loop.lag"
     lag_ms: float
     threshold_ms: float
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 @attrs.frozen
@@ -307,6 +312,7 @@ class PlayLog(Event):
     message: str
     map: str | None
     row: str | None
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
