@@ -45,6 +45,7 @@ from ._export import (
     format_for,
     open_output,
 )
+from ._failures import FailureKind, read_failures
 from ._paths import Guarded, check_outputs, input_files, sqlite_files, store_problem
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
@@ -176,6 +177,7 @@ class _Finished:
     run_id: str | None = None
     export_error: Exception | None = None
     notes: tuple[str, ...] = ()  # lines after the summary: outputs that hold no row
+    failures: dict[str, list[FailureKind]] = attrs.field(factory=dict)  # by dataset
 
 
 def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
@@ -282,11 +284,17 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     sheets = finished.sheets if finished is not None else {}
     outputs = finished.outputs if finished is not None else []
     notes = finished.notes if finished is not None else ()
+    failures = finished.failures if finished is not None else {}
     if spec.json:
-        data = summary_data(reporter.outcome, maps, sheets=sheets, outputs=outputs, notes=notes)
+        data = summary_data(
+            reporter.outcome, maps, sheets=sheets, outputs=outputs, notes=notes, failures=failures
+        )
         print(json.dumps(data, ensure_ascii=False), file=summary)
     else:
-        print(format_summary(reporter.outcome, maps, sheets=sheets, outputs=outputs), file=summary)
+        text = format_summary(
+            reporter.outcome, maps, sheets=sheets, outputs=outputs, failures=failures
+        )
+        print(text, file=summary)
         for note in notes:
             print(note, file=summary)
     summary.flush()
@@ -359,6 +367,11 @@ async def _run_recorded(
         try:
             datasets = await rt.store.list_datasets(run_id)
             sheets = {name: await rt.store.count_rows(run_id, name) for name in datasets}
+            failures = {
+                name: await read_failures(rt.store, run_id, name)
+                for name, counts in sheets.items()
+                if counts.get("failed")
+            }
             # A dataset with no row has no sheet to list, and is exported all the same.
             datasets += [name for name in reporter.maps if name not in datasets]
         except Exception:
@@ -368,7 +381,7 @@ async def _run_recorded(
         outputs: list[OutputFile] = []
         notes: list[str] = []
         if error is not None or spec.out is None or not datasets:
-            return _Finished(error, sheets, outputs, run_id)
+            return _Finished(error, sheets, outputs, run_id, failures=failures)
         try:
             paths = _output_paths(spec.out, datasets)
             if len(paths) > 1:  # names made from --out: checked as --out was
@@ -383,8 +396,8 @@ async def _run_recorded(
                     notes.append(_no_rows(path, name, spec.status, exported))
         except Exception as exc:
             exc.add_note(f"trioplay: writing --out {spec.out} failed")
-            return _Finished(None, sheets, outputs, run_id, export_error=exc)
-        return _Finished(None, sheets, outputs, run_id, notes=tuple(notes))
+            return _Finished(None, sheets, outputs, run_id, export_error=exc, failures=failures)
+        return _Finished(None, sheets, outputs, run_id, notes=tuple(notes), failures=failures)
 
 
 def _no_rows(path: str, dataset: str, status: StatusFilter, exported: Exported) -> str:

@@ -22,12 +22,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
+from ._failures import failures_line
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from rich.progress import Progress, TaskID
 
     from .._events import RuntimeEvent
+    from ._failures import FailureKind
 
 
 @attrs.define
@@ -341,13 +344,16 @@ def format_summary(
     sheets: Mapping[str, Mapping[str, int]] | None = None,
     outputs: Sequence[OutputFile] = (),
     elapsed: float | None = None,
+    failures: Mapping[str, Sequence[FailureKind]] | None = None,
 ) -> str:
     """The end-of-run summary, several lines, for stdout.
 
     ``maps`` are this attempt's counts; ``sheets`` the rows each dataset's
-    sheet holds now (every attempt together), by status.
+    sheet holds now (every attempt together), by status; ``failures`` why
+    each dataset's failed rows failed (a line under the dataset's).
     """
     sheets = sheets or {}
+    failures = failures or {}
     status = outcome.status or "unknown"
     head = f"run {outcome.run_id or '?'}: {status}"
     details = []
@@ -379,6 +385,8 @@ def format_summary(
             held = f"{sheet.get('completed', 0):,} completed, {sheet.get('failed', 0):,} failed"
             text += f"; sheet holds {held}" if state is not None else f"sheet holds {held}"
         lines.append(text)
+        if failures.get(name):
+            lines.append(f"    {failures_line(failures[name])}")
     stats = outcome.stats
     lines.append(f"  provider calls: {stats.get('provider_calls', 0):,}")
     lines.append(f"  replayed receipts: {stats.get('replayed', 0):,}")
