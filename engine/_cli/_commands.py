@@ -22,7 +22,9 @@ from trioplay.stores.sqlite import path_problem
 
 from .._json import canonical_json
 from .._plugins import open_store
+from .._retry import recorded_failures
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
+from .._store import FailureStore
 from ._common import (
     DEMO_STORE_URL,
     EXIT_EXPORT_FAILED,
@@ -45,7 +47,7 @@ from ._export import (
     format_for,
     open_output,
 )
-from ._failures import FailureKind, read_failures
+from ._failures import FailureKind, bug_line, bug_notes, read_failures
 from ._paths import Guarded, check_outputs, input_files, sqlite_files, store_problem
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
@@ -178,6 +180,7 @@ class _Finished:
     export_error: Exception | None = None
     notes: tuple[str, ...] = ()  # lines after the summary: outputs that hold no row
     failures: dict[str, list[FailureKind]] = attrs.field(factory=dict)  # by dataset
+    bugs: list[dict[str, Any]] = attrs.field(factory=list)  # see _failures.bug_notes
 
 
 def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
@@ -285,9 +288,16 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     outputs = finished.outputs if finished is not None else []
     notes = finished.notes if finished is not None else ()
     failures = finished.failures if finished is not None else {}
+    bugs = finished.bugs if finished is not None else []
     if spec.json:
         data = summary_data(
-            reporter.outcome, maps, sheets=sheets, outputs=outputs, notes=notes, failures=failures
+            reporter.outcome,
+            maps,
+            sheets=sheets,
+            outputs=outputs,
+            notes=notes,
+            failures=failures,
+            bugs=bugs,
         )
         print(json.dumps(data, ensure_ascii=False), file=summary)
     else:
@@ -295,6 +305,8 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
             reporter.outcome, maps, sheets=sheets, outputs=outputs, failures=failures
         )
         print(text, file=summary)
+        for bug in bugs:
+            print(bug_line(bug), file=summary)
         for note in notes:
             print(note, file=summary)
     summary.flush()
@@ -372,6 +384,7 @@ async def _run_recorded(
                 for name, counts in sheets.items()
                 if counts.get("failed")
             }
+            bugs = await _bugs(rt.store, run_id) if failures else []
             # A dataset with no row has no sheet to list, and is exported all the same.
             datasets += [name for name in reporter.maps if name not in datasets]
         except Exception:
@@ -381,7 +394,7 @@ async def _run_recorded(
         outputs: list[OutputFile] = []
         notes: list[str] = []
         if error is not None or spec.out is None or not datasets:
-            return _Finished(error, sheets, outputs, run_id, failures=failures)
+            return _Finished(error, sheets, outputs, run_id, failures=failures, bugs=bugs)
         try:
             paths = _output_paths(spec.out, datasets)
             if len(paths) > 1:  # names made from --out: checked as --out was
@@ -398,6 +411,13 @@ async def _run_recorded(
             exc.add_note(f"trioplay: writing --out {spec.out} failed")
             return _Finished(None, sheets, outputs, run_id, export_error=exc, failures=failures)
         return _Finished(None, sheets, outputs, run_id, notes=tuple(notes), failures=failures)
+
+
+async def _bugs(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The run's recorded failures that are probably bugs, each with its retry command."""
+    if not isinstance(store, FailureStore):
+        return []
+    return bug_notes(await recorded_failures(store, run_id), run_id, store.url)
 
 
 def _no_rows(path: str, dataset: str, status: StatusFilter, exported: Exported) -> str:

@@ -25,6 +25,7 @@ from ._commands import (
 )
 from ._common import DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
 from ._config import CONFIG_FILE, parse_limit
+from ._retry import add_retry_command
 from ._scenario import add_scenario_commands
 
 _TOOLS_HELP = """\
@@ -227,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_option(export)
     _add_output_options(export)
     export.set_defaults(command=_cmd_export)
+    add_retry_command(commands, common, run_id=check_run_id, store_option=_add_store_option)
 
     config = commands.add_parser(
         "config",

@@ -19,6 +19,9 @@ JSON. The keys:
 - ``provider_calls``, ``replayed``, ``failed_calls``: the text's three call
   lines; ``stats``: every counter of the attempt (``docs/events.md``,
   ``run.finished``);
+- ``bugs``: the run's recorded failures that are probably bugs in a tool,
+  by tool and type (``tool``, ``type``, ``count``, ``example``) with the
+  ``retry`` command that forgets them (``None`` for ``memory://``);
 - ``outputs``: ``path``, ``dataset``, ``rows`` of each file written;
   ``notes``: the lines said after the summary (an output with no row).
 """
@@ -44,6 +47,7 @@ def summary_data(
     outputs: Sequence[OutputFile] = (),
     notes: Sequence[str] = (),
     failures: Mapping[str, Sequence[FailureKind]] | None = None,
+    bugs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The summary of one run as a JSON-able dict (see the module docstring)."""
     sheets = sheets or {}
@@ -87,6 +91,7 @@ def summary_data(
             {"path": output.path, "dataset": output.dataset, "rows": output.rows}
             for output in outputs
         ],
+        "bugs": [dict(bug) for bug in bugs],
         "notes": [note.strip() for note in notes],
         "error": outcome.error if outcome.error and status != "completed" else None,
     }
