@@ -401,12 +401,20 @@ async def _run_recorded(
                 check_outputs([("--out", path) for path in paths.values()], _outputs_kept(spec))
             for name, path in paths.items():
                 fmt = spec.format or format_for(path)
+                state = reporter.maps.get(name)
                 exported = await export_dataset(
-                    rt.store, run_id, name, path, fmt=fmt, status=spec.status
+                    rt.store,
+                    run_id,
+                    name,
+                    path,
+                    fmt=fmt,
+                    status=spec.status,
+                    columns=state.columns if state is not None else (),
                 )
                 outputs.append(OutputFile(path, name, exported.rows))
                 if not exported.rows:
-                    notes.append(_no_rows(path, name, spec.status, exported))
+                    empty = not any(sheets.get(name, {}).values())
+                    notes.append(_no_rows(path, name, spec.status, exported, empty=empty))
         except Exception as exc:
             exc.add_note(f"trioplay: writing --out {spec.out} failed")
             return _Finished(None, sheets, outputs, run_id, export_error=exc, failures=failures)
@@ -420,8 +428,12 @@ async def _bugs(store: Store, run_id: str) -> list[dict[str, Any]]:
     return bug_notes(await recorded_failures(store, run_id), run_id, store.url)
 
 
-def _no_rows(path: str, dataset: str, status: StatusFilter, exported: Exported) -> str:
+def _no_rows(
+    path: str, dataset: str, status: StatusFilter, exported: Exported, *, empty: bool = False
+) -> str:
     """The line that says an output holds no row, and what it holds instead."""
+    if empty:  # its sheet holds nothing: the input had no row
+        return f"  {path}: {dataset} had no input rows, so {_holds(exported)}"
     rows = "rows" if status == "all" else f"{status} rows"
     return f"  {path}: {dataset} has no {rows}, so {_holds(exported)}"
 

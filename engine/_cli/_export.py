@@ -56,6 +56,7 @@ async def export_dataset(
     *,
     fmt: Format,
     status: StatusFilter = "completed",
+    columns: Sequence[str] = (),
 ) -> Exported:
     """Write one dataset sheet to ``path`` page by page; say how many rows and columns.
 
@@ -63,26 +64,29 @@ async def export_dataset(
     reads the sheet twice: once for the column names, once to write, and the
     second pass stops at the last row the first one saw. When no row has
     ``status``, the header is that of the sheet's other rows, so that the
-    file still says what its columns are; an empty sheet has none, and its
-    file is empty. ``path`` is ``-`` for standard output; see the module
+    file still says what its columns are; for an empty sheet it is
+    ``columns`` (the map's, from its ``map.started`` event), and without
+    those the file is empty. ``path`` is ``-`` for standard output; see the module
     docstring for the other kinds.
     """
     wanted: RowStatus | None = None if status == "all" else status
     last_position: int | None = None
     header: list[str] = []
     if fmt == "csv":
-        columns: dict[str, None] = {}
+        seen: dict[str, None] = {}
         pages = _sheet_pages(store, run_id, dataset, wanted, None)
         async with contextlib.aclosing(pages):
             async for page in pages:
                 for row in page:
-                    columns.update(dict.fromkeys(_record(row, status)))
+                    seen.update(dict.fromkeys(_record(row, status)))
                 last_position = page[-1].position
         if last_position is None:
             last_position = -1  # no row to write: the header only
-            columns = await _columns_of_any_row(store, run_id, dataset)
-        header = [name for name in columns if name not in _EXTRA_COLUMNS]
-        header += [name for name in _EXTRA_COLUMNS if name in columns]
+            found = await _columns_of_any_row(store, run_id, dataset) or dict.fromkeys(columns)
+        else:
+            found = seen
+        header = [name for name in found if name not in _EXTRA_COLUMNS]
+        header += [name for name in _EXTRA_COLUMNS if name in found]
     count = 0
     async with open_output(os.fspath(path)) as file:
         if fmt == "csv" and header:

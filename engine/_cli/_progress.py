@@ -45,6 +45,7 @@ class MapProgress:
     skipped: int = 0
     duplicates: int = 0
     unconfirmed: int = 0  # rows of a write whose outcome is unknown
+    columns: tuple[str, ...] = ()  # as map.started said: a header for an empty sheet
     at: float = 0.0
     finished: bool = False
     last_line_at: float | None = None
@@ -82,6 +83,9 @@ class MapProgress:
         self.skipped = int(data.get("skipped", self.skipped))
         self.duplicates = int(data.get("duplicates", self.duplicates))
         self.unconfirmed = int(data.get("unconfirmed", self.unconfirmed))
+        columns = data.get("columns")
+        if isinstance(columns, list):
+            self.columns = tuple(str(name) for name in columns)
 
 
 @attrs.define

@@ -83,9 +83,10 @@ class MapReport:
         self._dirty = False  # counts changed since the last progress event
 
     # -- the whole map ------------------------------------------------------
-    def started(self, total: int | None) -> None:
+    def started(self, total: int | None, columns: Sequence[str] = ()) -> None:
+        """``columns``: the input's fields when its source names them, then the computed ones."""
         self._total = total
-        self._emit("map.started", {"map": self.name, "total": total})
+        self._emit("map.started", {"map": self.name, "total": total, "columns": list(columns)})
         if self.trace is not None:
             self.trace.add(MapStarted, self._run_id, self.name, total)
 

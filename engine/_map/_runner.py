@@ -102,7 +102,8 @@ async def run_map(
             ledger.forget_retained()
         services.datasets.add(name)
         opened = await open_source(name, source)
-        report.started(opened.total)
+        computed = [column for column, _ in columns]
+        report.started(opened.total, list(dict.fromkeys([*opened.fields, *computed])))
         try:
             async with open_nursery() as nursery:
                 async with open_terminal_writer(writer):
