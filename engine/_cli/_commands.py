@@ -134,6 +134,18 @@ def _kept(config: Config) -> list[Guarded]:
     return kept
 
 
+def _run_outputs(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`_RunSpec` fields of what ``run`` and ``demo`` write (``_add_run_outputs``)."""
+    return {
+        "out": args.out,
+        "format": args.format,
+        "status": args.status,
+        "events": args.events,
+        "trace": args.trace,
+        "json": args.json,
+    }
+
+
 def _recordings(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     """The outputs of ``run`` and ``demo``, in the order they are checked."""
     return [("--events", args.events), ("--trace", args.trace), ("--out", args.out)]
@@ -199,13 +211,8 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
         # the leads, not a file (see _demo.demo_leads).
         run_id=f"demo-{rows}",
         store=store,
-        out=args.out,
-        format=args.format,
-        status=args.status,
-        events=args.events,
-        trace=args.trace,
         kept=tuple(kept),
-        json=args.json,
+        **_run_outputs(args),
     )
     return _execute(spec, session)
 
@@ -228,14 +235,9 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             input=input,
             run_id=args.run_id,
             store=store,
-            out=args.out,
-            format=args.format,
-            status=args.status,
             settings=settings,
-            events=args.events,
-            trace=args.trace,
             kept=tuple(kept),
-            json=args.json,
+            **_run_outputs(args),
         )
         return _execute(spec, session)
 
