@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import os
@@ -28,7 +29,7 @@ import trio
 from ._common import UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+    from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 
     from .._records import RowStatus, SheetRow
     from .._store import Store
@@ -120,6 +121,21 @@ async def _columns_of_any_row(store: Store, run_id: str, dataset: str) -> dict[s
     return columns
 
 
+@contextlib.contextmanager
+def written(path: str) -> Iterator[None]:
+    """An OS error while finishing ``path`` (the files' names, as given) as a
+    :class:`UsageError` naming it, never the partial file's name, and saying what to do."""
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(
+            f"cannot write {path}: {reason}; free some space, or name a path on another file system"
+            if exc.errno == errno.ENOSPC
+            else f"cannot write {path}: {reason}; name a path in a writable directory"
+        ) from exc
+
+
 @contextlib.asynccontextmanager
 async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterator[Any]:
     """An async text file for ``path``, by kind (see the module docstring).
@@ -146,8 +162,15 @@ async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterato
             lambda: open(target, "w", encoding="utf-8", newline=""),
             abandon_on_cancel=True,
         )
-        async with trio.wrap_file(raw) as file:
-            yield file
+        device = trio.wrap_file(raw)
+        try:
+            yield device
+        except BaseException:
+            with trio.CancelScope(shield=True), contextlib.suppress(OSError):
+                await device.aclose()  # the body's error is the one to say
+            raise
+        with written(path):  # the last of the text is written on close (/dev/full)
+            await device.aclose()
         return
     partial = trio.Path(partial_path(target))
     try:
@@ -163,7 +186,8 @@ async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterato
     try:
         async with file:
             yield file
-        await partial.replace(target)
+        with written(path):
+            await partial.replace(target)
     except BaseException:
         with trio.CancelScope(shield=True):
             if keep_on_error:
