@@ -1,7 +1,7 @@
 """A bug in tool code can be retried once fixed (issue 25, point 2): recorded failures
 say whether they are probably bugs, ``retry_failures`` forgets the chosen ones, and
-the next run calls exactly those again. The store operations it uses are checked
-against every store that has them."""
+the next run calls exactly those again. The store operations it uses are in the
+contract suite (``tests/test_store_contract.py``)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,13 @@ import pytest
 import trio
 
 import trioplay
-from trioplay import Completion, Failure, Receipt, RecordedFailure, retry_failures
+from trioplay import Receipt, RecordedFailure, retry_failures
 from trioplay._errors import ToolExecutionError, error_from_record, error_to_record
 from trioplay._retry import PROVIDER_ERRORS, recorded_failures
 from trioplay.stores.memory import MemoryStore
 
-from .test_store_contract import STORE_FACTORIES, STORE_MARKS, claim_one, receipt
-
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-    from pathlib import Path
-
-    from trioplay import FailureStore, Store
+    from trioplay import Store
 
 
 class Lookup:
@@ -135,58 +130,3 @@ def test_what_the_tool_raised_survives_the_receipt() -> None:
 def test_a_recorded_failure_reads_any_error_json(error_json: str | None, kind: str) -> None:
     stored = Receipt("k", "tool", "t", "failed", run_id="r", error_json=error_json)
     assert RecordedFailure.of(stored).type == kind
-
-
-# -- the store operations, on every store that has them ------------------------
-
-FAILURE_STORES = ["memory"]
-
-
-@pytest.fixture(
-    params=[pytest.param(name, marks=STORE_MARKS.get(name, [])) for name in FAILURE_STORES]
-)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    opened = STORE_FACTORIES[request.param](tmp_path)
-    await opened.open()
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
-
-
-async def fail(store: Store, key: str, run_id: str = "run-1") -> None:
-    claimed = await claim_one(store, key, run_id=run_id)
-    error = json.dumps({"type": "ToolExecutionError", "message": key})
-    assert await store.fail_many([Failure(key, claimed.lease_id, error)], now=1_001.0) == [True]
-
-
-@pytest.mark.deadline(10)
-async def test_failed_receipts_are_listed_by_key_and_forgotten_back_to_pending(
-    store: Store,
-) -> None:
-    failures: FailureStore = store  # type: ignore[assignment]
-    assert isinstance(store, trioplay.FailureStore)
-    for key in ("k3", "k1", "k2"):
-        await fail(store, key)
-    await fail(store, "other", run_id="run-2")
-    done = await claim_one(store, "done")
-    await store.complete_many([Completion("done", done.lease_id, "1")], now=1_001.0)
-
-    listed = await failures.list_failed_receipts("run-1")
-    assert [r.key for r in listed] == ["k1", "k2", "k3"]
-    assert [
-        r.key for r in await failures.list_failed_receipts("run-1", after_key="k1", limit=1)
-    ] == ["k2"]
-    # Only failed receipts of the run are forgotten; the rest are left as they are.
-    keys = ["k1", "k3", "k3", "done", "other", "missing"]
-    assert sorted(await failures.forget_failed_receipts("run-1", keys, now=1_002.0)) == ["k1", "k3"]
-    forgotten = await receipt(store, "k1")
-    assert (forgotten.status, forgotten.error_json, forgotten.lease_id) == ("pending", None, None)
-    assert forgotten.attempts == 1
-    assert (await receipt(store, "k2")).status == "failed"
-    assert (await receipt(store, "done")).status == "completed"
-    assert (await receipt(store, "other")).status == "failed"
-    assert [r.key for r in await failures.list_failed_receipts("run-1")] == ["k2"]
-    # The next claim runs it again.
-    again = await claim_one(store, "k1")
-    assert again.attempt == 2
