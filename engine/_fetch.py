@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import attrs
 import httpx
 import trio
+import trio.testing
 from httpx._decoders import SUPPORTED_DECODERS
 
 from ._egress import (
@@ -438,11 +439,14 @@ class Fetcher:
         Loading the TLS context's CA certificates takes 50-300 ms of CPU, which
         on the event loop would stop every task (and overrun their deadlines).
         Cancellable: a caller cancelled meanwhile leaves the thread to finish
-        alone. A transport passed in (tests, scenarios) has no TLS context to
-        load, and its client is built here, so that a mock clock never sees
-        the loop idle waiting for a thread.
+        alone. Built on the loop instead: with a transport passed in (tests,
+        scenarios), which has no TLS context to load, and under a mock clock,
+        where the loop's CPU time costs no virtual time while a wait for a
+        thread would let an autojumping clock skip to the next deadline.
         """
-        if self._transport is None:
+        if self._transport is None and not isinstance(
+            trio.lowlevel.current_clock(), trio.testing.MockClock
+        ):
             client = await trio.to_thread.run_sync(self._new_client, None, abandon_on_cancel=True)
         else:
             client = self._new_client(self._transport)
