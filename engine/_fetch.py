@@ -31,6 +31,7 @@ import base64
 import binascii
 import hashlib
 import math
+import sys
 from collections.abc import Mapping
 from contextlib import contextmanager
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -39,7 +40,6 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import attrs
 import httpx
 import trio
-import trio.testing
 from httpx._decoders import SUPPORTED_DECODERS
 
 from ._egress import (
@@ -444,9 +444,7 @@ class Fetcher:
         where the loop's CPU time costs no virtual time while a wait for a
         thread would let an autojumping clock skip to the next deadline.
         """
-        if self._transport is None and not isinstance(
-            trio.lowlevel.current_clock(), trio.testing.MockClock
-        ):
+        if self._transport is None and not _mock_clock():
             client = await trio.to_thread.run_sync(self._new_client, None, abandon_on_cancel=True)
         else:
             client = self._new_client(self._transport)
@@ -684,6 +682,13 @@ def _checked(url: httpx.URL) -> httpx.URL:
             "pass auth=trioplay.Secret(...) instead"
         )
     return url
+
+
+def _mock_clock() -> bool:
+    """Whether this run's clock is Trio's ``MockClock`` (never true if nothing imported it:
+    ``trio.testing`` costs an import the command line does without)."""
+    testing = sys.modules.get("trio.testing")
+    return testing is not None and isinstance(trio.lowlevel.current_clock(), testing.MockClock)
 
 
 def _undecodable(response: httpx.Response) -> str | None:
