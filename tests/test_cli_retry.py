@@ -69,7 +69,7 @@ def test_a_fixed_bug_is_retried_with_one_call_per_row_and_nothing_else(
     assert "  d: 4 completed, 4 failed, 0 skipped; sheet holds 4 completed, 4 failed" in out
     [bug] = [line for line in out.splitlines() if "probably a bug" in line]
     assert bug.startswith(
-        "  probably a bug in tool lookup: 3 recorded failures TypeError (tool 'lookup' raised "
+        "  probably a bug in tool lookup: 3 recorded failures with TypeError (tool 'lookup' raised "
         "TypeError: unsupported operand type(s) for +: 'NoneType'...); once fixed: "
     ), bug
     match = re.search(r"once fixed: (trioplay retry .*), then run again$", bug)

@@ -13,7 +13,7 @@ The recorded failures that are probably bugs in a tool (``engine/_retry.py``)
 get a line each, :func:`bug_line`, with the ``trioplay retry`` command that
 forgets them once the code is fixed::
 
-    probably a bug in tool lookup: 3 recorded failures TypeError (tool 'lookup'
+    probably a bug in tool lookup: 3 recorded failures with TypeError (tool 'lookup'
     raised TypeError: ...); once fixed: trioplay retry r --tool lookup --error
     TypeError --store sqlite:///s.db, then run again
 
@@ -149,7 +149,7 @@ def bug_line(note: dict[str, Any]) -> str:
     """One line of the summary for one :func:`bug_notes` entry."""
     failures = "failure" if note["count"] == 1 else "failures"
     line = (
-        f"  probably a bug in tool {note['tool']}: {note['count']:,} recorded {failures} "
+        f"  probably a bug in tool {note['tool']}: {note['count']:,} recorded {failures} with "
         f"{note['type']} ({_cut(note['example'])}); "
     )
     if note["retry"] is None:
