@@ -22,6 +22,7 @@ from trioplay import (
     PageClaim,
     PageLease,
     Receipt,
+    RunLeases,
     RunRecord,
     SheetEntry,
     SheetRow,
@@ -31,7 +32,7 @@ from trioplay import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from trioplay import RowStatus, RunStatus
+    from trioplay import RowStatus, RunStatus, SheetWrite
 
 from ._rules import PageRecord, decide_claims, decide_page
 
@@ -62,6 +63,15 @@ def _settled(
         now,
         now,
     )
+
+
+def _is_completed(row: SheetRow | None) -> bool:
+    return row is not None and row.status == "completed"
+
+
+def _run_leases(leases: list[tuple[float | None, float]]) -> RunLeases:
+    expiries = [expires for expires, _ in leases if expires is not None]
+    return RunLeases(max(expiries) if expiries else None, max(renewed for _, renewed in leases))
 
 
 @attrs.define
@@ -142,15 +152,18 @@ class MemoryStore:
         run_id: str,
         status: RunStatus,
         *,
+        attempt: int,
         now: float,
         output_json: str | None = None,
         error: str | None = None,
         stats_json: str | None = None,
-    ) -> None:
+    ) -> bool:
         await trio.lowlevel.checkpoint()
         record = self._runs.get(run_id)
         if record is None:
             raise StoreError(f"{URL}: finish_attempt: unknown run {run_id!r}")
+        if record.attempt != attempt:
+            return False  # a later attempt holds the run
         self._runs[run_id] = attrs.evolve(
             record,
             status=status,
@@ -159,6 +172,7 @@ class MemoryStore:
             error=error,
             stats_json=stats_json,
         )
+        return True
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         await trio.lowlevel.checkpoint()
@@ -256,8 +270,13 @@ class MemoryStore:
 
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
-        self, run_id: str, dataset: str, rows: Sequence[SheetRow]
-    ) -> None:
+        self,
+        run_id: str,
+        dataset: str,
+        rows: Sequence[SheetRow],
+        *,
+        leases: Sequence[PageLease | None] = (),
+    ) -> list[SheetWrite]:
         if self._write_delay > 0:
             await trio.sleep(self._write_delay)
         else:
@@ -265,10 +284,37 @@ class MemoryStore:
         if self._write_error is not None:
             raise self._write_error
         if not rows:
-            return
+            return []
+        ours = self._own_leases(run_id, dataset, leases)
         sheet = self._sheets.setdefault((run_id, dataset), _Sheet())
-        sheet.rows.update((row.key, row) for row in rows)
+        stored = sheet.rows
+        answers: list[SheetWrite] = []
+        for index, row in enumerate(rows):
+            if ours is not None and not ours[index]:
+                answers.append("fenced")
+            elif row.status == "failed" and _is_completed(stored.get(row.key)):
+                answers.append("kept")
+            else:
+                stored[row.key] = row
+                answers.append("written")
         sheet.ordered = None
+        return answers
+
+    def _own_leases(
+        self, run_id: str, dataset: str, leases: Sequence[PageLease | None]
+    ) -> list[bool] | None:
+        """Per row: is its page lease (if any) still the page's current one?"""
+        if not leases:
+            return None
+        pages = self._pages
+        return [
+            lease is None
+            or (
+                (page := pages.get((run_id, dataset, lease.offset))) is not None
+                and page.lease_id == lease.lease_id
+            )
+            for lease in leases
+        ]
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
@@ -317,6 +363,20 @@ class MemoryStore:
     async def list_datasets(self, run_id: str) -> list[str]:
         await trio.lowlevel.checkpoint()
         return sorted(dataset for run, dataset in self._sheets if run == run_id)
+
+    async def run_leases(self, run_ids: Sequence[str]) -> dict[str, RunLeases]:
+        await trio.lowlevel.checkpoint()
+        wanted = set(run_ids)
+        held: dict[str, list[tuple[float | None, float]]] = {}
+        for receipt in self._receipts.values():
+            if receipt.status == "running" and receipt.run_id in wanted:
+                held.setdefault(receipt.run_id, []).append(
+                    (receipt.lease_expires_at, receipt.updated_at)
+                )
+        for (run_id, _, _), page in self._pages.items():
+            if page.status == "running" and run_id in wanted:
+                held.setdefault(run_id, []).append((page.lease_expires_at, page.updated_at))
+        return {run_id: _run_leases(leases) for run_id, leases in held.items()}
 
     # -- page leases --------------------------------------------------------
     async def claim_page(
@@ -388,8 +448,10 @@ class MemoryStore:
         page = self._leased_page(lease)
         if page is None:
             return False
+        # The lease id stays until the next claim: rows the releasing process
+        # still flushes are its own until another process claims the page.
         self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
-            page, status="pending", lease_id=None, lease_expires_at=None, owner=None, updated_at=now
+            page, status="pending", lease_expires_at=None, owner=None, updated_at=now
         )
         return True
 

@@ -12,6 +12,8 @@ from .._json import dumps
 from .._sources import row_origin
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .._records import SheetEntry
     from .._store import SheetStore
 
@@ -123,8 +125,13 @@ class RowPlanner:
         )
 
     def give_back(self, plan: Plan) -> None:
-        for _, key, _ in plan.rows:
-            self.in_flight.discard(key)
+        self.give_back_keys(key for _, key, _ in plan.rows)
+
+    def give_back_keys(self, keys: Iterable[str]) -> None:
+        """These keys are no longer in flight here (their page was given up or lost)."""
+        in_flight = self.in_flight
+        for key in keys:
+            in_flight.discard(key)
 
     def done(self, key: str) -> None:
         self.in_flight.discard(key)
