@@ -63,7 +63,11 @@ def slow_map(rows: int, delay: float) -> Any:
 
         source = [{"n": str(i)} for i in range(rows)]
         result = await ctx.dataset("s", source).with_column("x", resolver).run(key="n")
-        return {"completed": result.completed_count, "failed": result.failed_count}
+        return {
+            "completed": result.completed_count,
+            "failed": result.failed_count,
+            "skipped": result.skipped_count,
+        }
 
     return play
 
@@ -79,22 +83,23 @@ async def run_play(store: MemoryStore, play: Any, **limits: Any) -> Any:
 
 
 @pytest.mark.deadline(600)
+@pytest.mark.parametrize("delay", [7.0, 3.0], ids=["none-committed", "two-committed"])
 async def test_a_page_lost_while_its_rows_start_ends_and_the_map_goes_on(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, delay: float
 ) -> None:
-    # Two rows at a time, 7 s each: page 0 (10 rows) is still starting its
-    # rows when its first heartbeat (5 s) finds it taken over. On main the
-    # page returned without telling the page loop it had started, and the
-    # map waited for ever.
+    # Two rows at a time, `delay` s each: page 0 (10 rows) is still starting
+    # its rows when its first heartbeat (5 s) finds it taken over (with 3 s
+    # rows, two of them committed before). On main the page returned without
+    # telling the page loop it had started, and the map waited for ever.
     store = TakenOver()
-    output = await run_play(store, slow_map(30, 7.0), page_size=10, max_concurrent_rows=2)
+    output = await run_play(store, slow_map(30, delay), page_size=10, max_concurrent_rows=2)
     assert store.taken
     rows = await store.read_rows("r", "s")
     assert sorted(int(row.key) for row in rows) == list(range(30))
     assert {row.status for row in rows} == {"completed"}
     # The peer never finished page 0: its lease ran out and this process
-    # took the page over, so every row ran here.
-    assert output == {"completed": 30, "failed": 0}
+    # took the page over, so every row ran here, and counts once.
+    assert output == {"completed": 30, "failed": 0, "skipped": 0}
     assert (await store.get_run("r")).status == "completed"  # type: ignore[union-attr]
 
 
@@ -151,7 +156,11 @@ async def test_rows_of_a_page_taken_over_never_replace_the_peers_completed_rows(
 
         source = [{"n": key} for key in keys]
         result = await ctx.dataset("s", source).with_column("x", resolver).run(key="n")
-        return {"completed": result.completed_count, "failed": result.failed_count}
+        return {
+            "completed": result.completed_count,
+            "failed": result.failed_count,
+            "skipped": result.skipped_count,
+        }
 
     events: list[trioplay.RuntimeEvent] = []
     async with trioplay.open_runtime(
@@ -166,8 +175,9 @@ async def test_rows_of_a_page_taken_over_never_replace_the_peers_completed_rows(
     assert [(row.key, row.status, row.attempt) for row in rows] == [
         (key, "completed", 9) for key in keys
     ]
-    # None of them is this process's: not completed here, not failed here.
-    assert output == {"completed": 0, "failed": 0}
+    # None of them is this process's: not completed here, not failed here;
+    # once the page was found done by the peer, they were skipped.
+    assert output == {"completed": 0, "failed": 0, "skipped": 5}
     assert [e.data["page_offset"] for e in events if e.type == "map.page_lost"] == [0]
 
 
@@ -199,3 +209,70 @@ async def test_a_late_attempt_never_overwrites_a_later_attempts_status() -> None
     record = await store.get_run("r")
     assert record is not None
     assert (record.status, record.attempt, record.output_json) == ("completed", 2, "1")
+
+
+async def test_runs_list_marks_a_running_run_whose_leases_all_expired_as_probably_dead() -> None:
+    # On main a run left `running` by a dead process looked live in runs list.
+    from trioplay._cli._commands import _runs_listed
+
+    store = MemoryStore()
+    for run_id in ("dead", "alive", "done", "quiet"):
+        await store.begin_attempt(run_id, "p", "{}", now=1000.0)
+    await store.finish_attempt("done", "completed", attempt=1, now=1001.0)
+    for run_id, renewed in (("dead", 1010.0), ("alive", 1080.0)):
+        [claimed] = await store.claim_many(
+            [trioplay.ClaimRequest(f"k-{run_id}", "tool", "t", run_id)],
+            owner="o",
+            lease_ttl=60.0,
+            now=renewed,
+        )
+        assert isinstance(claimed, trioplay.Claimed)
+    listed = await _runs_listed(store, 10, lease_ttl=60.0, now=1100.0)
+    marks = {run["run_id"]: (run["probably_dead"], run["last_heartbeat"]) for run in listed}
+    assert marks == {
+        # Its lease expired at 1070, and nothing renewed it since 1010.
+        "dead": (True, "1970-01-01T00:16:50+00:00"),
+        "alive": (False, "1970-01-01T00:18:00+00:00"),
+        "done": (False, None),
+        # No lease at all, and begun more than lease_ttl ago.
+        "quiet": (True, "1970-01-01T00:16:40+00:00"),
+    }
+    # Begun just now, holding no lease yet: not dead.
+    listed = await _runs_listed(store, 10, lease_ttl=60.0, now=1050.0)
+    assert {run["run_id"] for run in listed if run["probably_dead"]} == set()
+
+
+@pytest.mark.deadline(600)
+async def test_a_row_that_lost_its_receipt_to_a_peer_gives_the_page_up_not_the_map(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # With on_row_error="fail", a paused process's rows failing with
+    # LeaseLost failed its whole map (and its run) on main, although the
+    # peer had taken the page over and completed it. A LeaseLost row checks
+    # its page's lease at once: the page is lost, the map goes on.
+    keys = [str(i) for i in range(5)]
+    store = PeerCompletes(keys)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            if row["n"] == "0":
+                (lease,) = [p for (_, _, _), p in store._pages.items()]
+                assert lease.lease_id is not None
+                await store.take_over("r", "s", lease.lease_id)
+            await store.peer_done.wait()
+            raise trioplay.LeaseLost("the receipt passed to another process")
+
+        source = [{"n": key} for key in keys]
+        result = await (
+            ctx.dataset("s", source).with_column("x", resolver).run(key="n", on_row_error="fail")
+        )
+        return {"completed": result.completed_count, "skipped": result.skipped_count}
+
+    output = await run_play(store, play)
+    # Page 0 was the peer's to finish: waited for at the end, found done,
+    # its rows skipped as committed by another attempt.
+    assert output == {"completed": 0, "skipped": 5}
+    rows = await store.read_rows("r", "s")
+    assert {(row.status, row.attempt) for row in rows} == {("completed", 9)}
+    assert (await store.get_run("r")).status == "completed"  # type: ignore[union-attr]

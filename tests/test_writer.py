@@ -18,7 +18,6 @@ from trioplay._map._writer import TerminalRow, TerminalRowWriter
 from trioplay._records import SheetRow
 from trioplay.stores.memory import MemoryStore
 
-
 PAGE = Page(0, Plan([]), None)  # type: ignore[arg-type]  # the writer needs only its lease
 
 

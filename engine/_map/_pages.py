@@ -95,6 +95,7 @@ class Page:
     failed: int = 0  # rows committed as failed
     settled: trio.Event = attrs.field(factory=trio.Event)  # set on DRAINED
     scope: trio.CancelScope | None = None  # the page's work, cancelled when it is lost
+    checking: trio.Event | None = None  # a check of its lease in flight (PageLeases.check)
 
     def move(self, to: PageState) -> None:
         """Move the page to ``to``; a move the table of :class:`PageState` lacks is a bug."""
@@ -235,6 +236,35 @@ class PageLeases:
             if expiry is None:
                 self.lost(page)
                 return
+
+    async def check(self, page: Page) -> None:
+        """Check the page's lease now: a row of it found a receipt lease gone.
+
+        A receipt lease lost under a running row most often means this
+        process was paused past its leases and a peer took the page over;
+        then the page is lost (its rows, this one included, are cancelled)
+        rather than its rows failing one by one. Rows that ask together share
+        one check. If the lease is still ours, or the store does not answer,
+        this returns and the row fails as it would have.
+        """
+        if page.checking is not None:
+            await page.checking.wait()
+            return
+        if page.lease is None:
+            return
+        page.checking = checking = trio.Event()
+        try:
+            (expiry,) = await self.store.heartbeat_pages(
+                [page.lease], lease_ttl=self.limits.lease_ttl, now=self.wall_clock()
+            )
+            if expiry is None:
+                self.lost(page)  # before the others wake: they are cancelled with it
+        except Exception as exc:
+            log.warning("page lease check failed: %s", exc)
+        finally:
+            page.checking = None
+            checking.set()
+        await trio.lowlevel.checkpoint()  # a row of a lost page is cancelled here
 
     def lost(self, page: Page) -> None:
         """The page was found taken over: stop it, and say so once."""

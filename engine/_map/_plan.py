@@ -61,7 +61,13 @@ class RowPlanner:
     attempt: int
     in_flight: set[str] = attrs.field(factory=set)
 
-    async def plan(self, chunk: list[Any], offset: int) -> Plan:
+    async def plan(self, chunk: list[Any], offset: int, *, again: bool = False) -> Plan:
+        """Key the rows of ``chunk`` and keep those that must run.
+
+        ``again``: the page was planned before in this attempt and lost to
+        another process; the rows this attempt committed then are counted
+        already, and are neither run nor counted again.
+        """
         keyed: list[tuple[int, str, dict[str, Any]]] = []
         rejected: dict[str, PlayInputError] = {}
         for index, raw in enumerate(chunk):
@@ -88,6 +94,8 @@ class RowPlanner:
                 plan.skipped += 1
             elif entry is not None and (entry.status == "completed" or entry.attempt == attempt):
                 if entry.attempt == attempt:
+                    if again:
+                        continue
                     plan.duplicates += 1
                 else:
                     plan.foreign = True

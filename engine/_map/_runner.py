@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from .._errors import (
+    LeaseLost,
     MapMemoryLimitError,
     PersistenceLatchTripped,
     PlayDefinitionError,
@@ -197,7 +198,7 @@ class _MapRun:
                 elif started is None:
                     # Keep the rows only if the source cannot be read again.
                     held.append((offset, None if reread else chunk, len(chunk)))
-            await self._revisit(pages, held, previous, reread)
+            await self._revisit(pages, held, previous, reread, again=False)
         # Pages lost to a peer are waited for like held ones, once every page
         # of ours has ended: the map returns when every page is done. Their
         # rows are gone from memory, so only a source that reads again can.
@@ -205,7 +206,7 @@ class _MapRun:
             held = [(offset, None, length) for offset, length in self.lost]
             self.lost.clear()
             async with open_nursery() as pages:
-                await self._revisit(pages, held, previous, reread)
+                await self._revisit(pages, held, previous, reread, again=True)
 
     async def _revisit(
         self,
@@ -213,13 +214,18 @@ class _MapRun:
         held: list[tuple[int, list[Any] | None, int]],
         previous: trio.Event,
         reread: Callable[[int, int], list[Any]] | None,
+        *,
+        again: bool,
     ) -> None:
-        """Wait for each page a peer held until it is done or ours, and run it if ours."""
+        """Wait for each page a peer held until it is done or ours, and run it if ours.
+
+        ``again``: the pages were run here before and lost (see :meth:`RowPlanner.plan`).
+        """
         for offset, kept, length in held:
             await previous.wait()
             claim = await self.pages.wait_for(offset)
             chunk = kept if kept is not None else reread(offset, length)  # type: ignore[misc]
-            started = await self._try_page(pages, chunk, offset, claim)
+            started = await self._try_page(pages, chunk, offset, claim, again=again)
             if isinstance(started, trio.Event):
                 previous = started
 
@@ -229,6 +235,8 @@ class _MapRun:
         chunk: list[Any],
         offset: int,
         claim: PageLease | Literal["held", "done"] | None = None,
+        *,
+        again: bool = False,
     ) -> trio.Event | object | None:
         """Start the page if it is ours to run.
 
@@ -242,7 +250,7 @@ class _MapRun:
             claim = await self.pages.claim(offset)
         if claim == "held":
             return None
-        plan = await self.planner.plan(chunk, offset)
+        plan = await self.planner.plan(chunk, offset, again=again)
         self.ledger.planned(plan)
         if claim == "done":
             if not plan.rows:
@@ -410,6 +418,8 @@ class _MapRun:
             exc.add_note(f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}")
             raise
         except Exception as exc:
+            if isinstance(exc, LeaseLost):
+                await self.pages.check(page)  # the page too? then the row is cancelled
             return _failed_row(position, key, data, exc, attempt), exc
         finally:
             leave_row(row_phase)
