@@ -34,7 +34,14 @@ if TYPE_CHECKING:
 
     from trioplay import RowStatus, RunStatus, SheetWrite
 
-from ._rules import PageRecord, decide_claims, decide_page
+from ._rules import (
+    PageRecord,
+    decide_claims,
+    decide_page,
+    decide_sheet_writes,
+    failed_keys,
+    fenced_pages,
+)
 
 URL = "memory://"
 
@@ -285,36 +292,21 @@ class MemoryStore:
             raise self._write_error
         if not rows:
             return []
-        ours = self._own_leases(run_id, dataset, leases)
         sheet = self._sheets.setdefault((run_id, dataset), _Sheet())
         stored = sheet.rows
-        answers: list[SheetWrite] = []
-        for index, row in enumerate(rows):
-            if ours is not None and not ours[index]:
-                answers.append("fenced")
-            elif row.status == "failed" and _is_completed(stored.get(row.key)):
-                answers.append("kept")
-            else:
+        pages = self._pages
+        current = {
+            offset: page.lease_id
+            for offset in fenced_pages(leases)
+            if (page := pages.get((run_id, dataset, offset))) is not None
+        }
+        completed = [key for key in failed_keys(rows) if _is_completed(stored.get(key))]
+        answers = decide_sheet_writes(rows, leases, current, completed)
+        for row, answer in zip(rows, answers, strict=True):
+            if answer == "written":
                 stored[row.key] = row
-                answers.append("written")
         sheet.ordered = None
         return answers
-
-    def _own_leases(
-        self, run_id: str, dataset: str, leases: Sequence[PageLease | None]
-    ) -> list[bool] | None:
-        """Per row: is its page lease (if any) still the page's current one?"""
-        if not leases:
-            return None
-        pages = self._pages
-        return [
-            lease is None
-            or (
-                (page := pages.get((run_id, dataset, lease.offset))) is not None
-                and page.lease_id == lease.lease_id
-            )
-            for lease in leases
-        ]
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
