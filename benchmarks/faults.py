@@ -269,8 +269,9 @@ def run(
     seed: int = 0,
     stores: tuple[str, ...] = ("sqlite", "postgres"),
     save: bool = False,
+    quiet: bool = False,
 ) -> Report:
-    """Run ``trials`` pause trials on each of ``stores`` and print the report."""
+    """Run ``trials`` pause trials on each of ``stores`` and print the report (unless ``quiet``)."""
     rng = random.Random(seed)
     done: list[Trial] = []
     for store in stores:
@@ -290,6 +291,8 @@ def run(
                     finally:
                         drop_schemas([schema])
             done.append(result)
+            if quiet:
+                continue
             mark = "ok" if result.clean(rows) else "NOT CLEAN"
             print(
                 f"  {store} trial {index + 1}/{trials}: process {result.victim} paused "
@@ -297,8 +300,9 @@ def run(
                 flush=True,
             )
     report = Report(rows, done)
-    for line in report.lines():
-        print(line)
+    if not quiet:
+        for line in report.lines():
+            print(line)
     if save and done:
         payload = {"rows": rows, "seed": seed, "trials": [attrs.asdict(t) for t in done]}
         print(f"saved {save_results('faults', payload)}")
