@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
-from trioplay import Claimed, ClaimOutcome, ClaimRequest, Held, PageClaim, Receipt, Settled
+from trioplay import (
+    Claimed,
+    ClaimOutcome,
+    ClaimRequest,
+    Held,
+    PageClaim,
+    Receipt,
+    RunLeases,
+    Settled,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
@@ -137,8 +146,8 @@ def decide_page(
     owner: str,
     lease_ttl: float,
     now: float,
-    takeover_lease: str | None,
-    reopen: bool,
+    takeover_lease: str | None = None,
+    reopen: bool = False,
 ) -> tuple[PageClaim, PageRecord | None]:
     """Answer ``claim_page`` for the stored ``page``, without writing.
 
@@ -203,3 +212,20 @@ def decide_sheet_writes(
             if row.status == "completed":
                 done.add(row.key)
     return answers
+
+
+def renewed(expires: float, updated: Sequence[bool]) -> list[float | None]:
+    """A heartbeat's answer: the new expiry where the lease was still ours, else ``None``."""
+    return [expires if ok else None for ok in updated]
+
+
+def page_key(lease: PageLease) -> tuple[str, str, int, str]:
+    """A page lease as its fence's columns: ``run_id, dataset, page_offset, lease_id``."""
+    return (lease.run_id, lease.dataset, lease.offset, lease.lease_id)
+
+
+def run_leases_of(leases: Sequence[tuple[float | None, float | None]]) -> RunLeases:
+    """A run's :class:`RunLeases` from its running leases' ``(expires_at, updated_at)``."""
+    expiries = [expires for expires, _ in leases if expires is not None]
+    renewals = [renewed for _, renewed in leases if renewed is not None]
+    return RunLeases(max(expiries, default=None), max(renewals, default=None))

@@ -8,31 +8,18 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 import attrs
 import trio
 
-from trioplay import (
-    ClaimOutcome,
-    ClaimRequest,
-    Completion,
-    Failure,
-    Lease,
-    PageClaim,
-    PageLease,
-    Receipt,
-    RunLeases,
-    RunRecord,
-    SheetEntry,
-    SheetRow,
-    StoreError,
-)
+from trioplay import Receipt, RunRecord, SheetEntry, SheetRow, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from trioplay import RowStatus, RunStatus, SheetWrite
+    import trioplay as tp
+    from trioplay import RunStatus
 
 from ._rules import (
     PageRecord,
@@ -41,7 +28,9 @@ from ._rules import (
     decide_sheet_writes,
     failed_keys,
     fenced_pages,
+    run_leases_of,
 )
+from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
 
 URL = "memory://"
 
@@ -72,13 +61,75 @@ def _settled(
     )
 
 
-def _is_completed(row: SheetRow | None) -> bool:
-    return row is not None and row.status == "completed"
+# What a release changes, in a receipt or a page: back to pending, with no lease.
+_RELEASED: dict[str, Any] = {
+    "status": "pending",
+    "lease_id": None,
+    "lease_expires_at": None,
+    "owner": None,
+}
 
 
-def _run_leases(leases: list[tuple[float | None, float]]) -> RunLeases:
-    expiries = [expires for expires, _ in leases if expires is not None]
-    return RunLeases(max(expiries) if expiries else None, max(renewed for _, renewed in leases))
+def _leased(
+    receipts: dict[str, Receipt], lease: tp.Lease | tp.Completion | tp.Failure
+) -> Receipt | None:
+    """The receipt under ``lease``, if that lease is still its own."""
+    receipt = receipts.get(lease.key)
+    if receipt is None or receipt.status != "running" or receipt.lease_id != lease.lease_id:
+        return None
+    return receipt
+
+
+def _leased_page(
+    pages: dict[tuple[str, str, int], PageRecord], lease: tp.PageLease
+) -> PageRecord | None:
+    """The page under ``lease``, if that lease is still its own."""
+    page = pages.get((lease.run_id, lease.dataset, lease.offset))
+    if page is None or page.status != "running" or page.lease_id != lease.lease_id:
+        return None
+    return page
+
+
+def _decide_writes(
+    pages: dict[tuple[str, str, int], PageRecord],
+    sheet: _Sheet,
+    run_id: str,
+    dataset: str,
+    rows: Sequence[SheetRow],
+    leases: Sequence[tp.PageLease | None],
+) -> list[tp.SheetWrite]:
+    """What ``write_terminal_rows`` does with each row (see :func:`decide_sheet_writes`)."""
+    current = {
+        offset: page.lease_id
+        for offset in fenced_pages(leases)
+        if (page := pages.get((run_id, dataset, offset))) is not None
+    }
+    stored = sheet.rows
+    completed = [
+        key
+        for key in failed_keys(rows)
+        if (row := stored.get(key)) is not None and row.status == "completed"
+    ]
+    return decide_sheet_writes(rows, leases, current, completed)
+
+
+def _run_leases(
+    receipts: dict[str, Receipt],
+    pages: dict[tuple[str, str, int], PageRecord],
+    run_ids: Sequence[str],
+) -> dict[str, tp.RunLeases]:
+    """``run_leases``: the latest expiry and renewal of each run's running receipts and pages."""
+    wanted = set(run_ids)
+    held: dict[str, list[tuple[float | None, float]]] = {}
+    for receipt in receipts.values():
+        if receipt.status == "running" and receipt.run_id in wanted:
+            held.setdefault(receipt.run_id, []).append(
+                (receipt.lease_expires_at, receipt.updated_at)
+            )
+    for (run_id, _, _), page in pages.items():
+        if page.status == "running" and run_id in wanted:
+            held.setdefault(run_id, []).append((page.lease_expires_at, page.updated_at))
+    return {run_id: run_leases_of(leases) for run_id, leases in held.items()}
 
 
 @attrs.define
@@ -155,16 +206,9 @@ class MemoryStore:
         return record
 
     async def finish_attempt(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        attempt: int,
-        now: float,
-        output_json: str | None = None,
-        error: str | None = None,
-        stats_json: str | None = None,
+        self, run_id: str, status: RunStatus, **end: Unpack[AttemptEnd]
     ) -> bool:
+        attempt, (now, output_json, error, stats_json) = attempt_end(**end)
         await trio.lowlevel.checkpoint()
         record = self._runs.get(run_id)
         if record is None:
@@ -197,8 +241,8 @@ class MemoryStore:
 
     # -- receipts -----------------------------------------------------------
     async def claim_many(
-        self, requests: Sequence[ClaimRequest], *, owner: str, lease_ttl: float, now: float
-    ) -> list[ClaimOutcome]:
+        self, requests: Sequence[tp.ClaimRequest], *, owner: str, lease_ttl: float, now: float
+    ) -> list[tp.ClaimOutcome]:
         await trio.lowlevel.checkpoint()
         outcomes, claimed = decide_claims(
             requests, self._receipts, owner=owner, lease_ttl=lease_ttl, now=now
@@ -206,19 +250,13 @@ class MemoryStore:
         self._receipts.update((receipt.key, receipt) for receipt in claimed)
         return outcomes
 
-    def _leased(self, key: str, lease_id: str) -> Receipt | None:
-        receipt = self._receipts.get(key)
-        if receipt is None or receipt.status != "running" or receipt.lease_id != lease_id:
-            return None
-        return receipt
-
     async def heartbeat_many(
-        self, leases: Sequence[Lease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         await trio.lowlevel.checkpoint()
         expiries: list[float | None] = []
         for lease in leases:
-            receipt = self._leased(lease.key, lease.lease_id)
+            receipt = _leased(self._receipts, lease)
             if receipt is None:
                 expiries.append(None)
                 continue
@@ -229,41 +267,34 @@ class MemoryStore:
             expiries.append(expires)
         return expiries
 
-    async def complete_many(self, items: Sequence[Completion], *, now: float) -> list[bool]:
+    async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for item in items:
-            receipt = self._leased(item.key, item.lease_id)
+            receipt = _leased(self._receipts, item)
             if receipt is not None:
                 completed = _settled(receipt, "completed", item.result_json, None, now)
                 self._receipts[item.key] = completed
             done.append(receipt is not None)
         return done
 
-    async def fail_many(self, items: Sequence[Failure], *, now: float) -> list[bool]:
+    async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for item in items:
-            receipt = self._leased(item.key, item.lease_id)
+            receipt = _leased(self._receipts, item)
             if receipt is not None:
                 self._receipts[item.key] = _settled(receipt, "failed", None, item.error_json, now)
             done.append(receipt is not None)
         return done
 
-    async def release_many(self, leases: Sequence[Lease], *, now: float) -> list[bool]:
+    async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for lease in leases:
-            receipt = self._leased(lease.key, lease.lease_id)
+            receipt = _leased(self._receipts, lease)
             if receipt is not None:
-                self._receipts[lease.key] = attrs.evolve(
-                    receipt,
-                    status="pending",
-                    lease_id=None,
-                    lease_expires_at=None,
-                    owner=None,
-                    updated_at=now,
-                )
+                self._receipts[lease.key] = attrs.evolve(receipt, **_RELEASED, updated_at=now)
             done.append(receipt is not None)
         return done
 
@@ -282,8 +313,8 @@ class MemoryStore:
         dataset: str,
         rows: Sequence[SheetRow],
         *,
-        leases: Sequence[PageLease | None] = (),
-    ) -> list[SheetWrite]:
+        leases: Sequence[tp.PageLease | None] = (),
+    ) -> list[tp.SheetWrite]:
         if self._write_delay > 0:
             await trio.sleep(self._write_delay)
         else:
@@ -293,18 +324,10 @@ class MemoryStore:
         if not rows:
             return []
         sheet = self._sheets.setdefault((run_id, dataset), _Sheet())
-        stored = sheet.rows
-        pages = self._pages
-        current = {
-            offset: page.lease_id
-            for offset in fenced_pages(leases)
-            if (page := pages.get((run_id, dataset, offset))) is not None
-        }
-        completed = [key for key in failed_keys(rows) if _is_completed(stored.get(key))]
-        answers = decide_sheet_writes(rows, leases, current, completed)
+        answers = _decide_writes(self._pages, sheet, run_id, dataset, rows, leases)
         for row, answer in zip(rows, answers, strict=True):
             if answer == "written":
-                stored[row.key] = row
+                sheet.rows[row.key] = row
         sheet.ordered = None
         return answers
 
@@ -323,14 +346,9 @@ class MemoryStore:
         return entries
 
     async def read_rows(
-        self,
-        run_id: str,
-        dataset: str,
-        *,
-        status: RowStatus | None = None,
-        after_position: int = -1,
-        limit: int = 1000,
+        self, run_id: str, dataset: str, **query: Unpack[RowQuery]
     ) -> list[SheetRow]:
+        status, after_position, limit = row_query(**query)
         await trio.lowlevel.checkpoint()
         sheet = self._sheets.get((run_id, dataset))
         if sheet is None or limit <= 0:
@@ -356,60 +374,28 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         return sorted(dataset for run, dataset in self._sheets if run == run_id)
 
-    async def run_leases(self, run_ids: Sequence[str]) -> dict[str, RunLeases]:
+    async def run_leases(self, run_ids: Sequence[str]) -> dict[str, tp.RunLeases]:
         await trio.lowlevel.checkpoint()
-        wanted = set(run_ids)
-        held: dict[str, list[tuple[float | None, float]]] = {}
-        for receipt in self._receipts.values():
-            if receipt.status == "running" and receipt.run_id in wanted:
-                held.setdefault(receipt.run_id, []).append(
-                    (receipt.lease_expires_at, receipt.updated_at)
-                )
-        for (run_id, _, _), page in self._pages.items():
-            if page.status == "running" and run_id in wanted:
-                held.setdefault(run_id, []).append((page.lease_expires_at, page.updated_at))
-        return {run_id: _run_leases(leases) for run_id, leases in held.items()}
+        return _run_leases(self._receipts, self._pages, run_ids)
 
     # -- page leases --------------------------------------------------------
     async def claim_page(
-        self,
-        run_id: str,
-        dataset: str,
-        offset: int,
-        *,
-        owner: str,
-        lease_ttl: float,
-        now: float,
-        takeover_lease: str | None = None,
-        reopen: bool = False,
-    ) -> PageClaim:
+        self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
+    ) -> tp.PageClaim:
         await trio.lowlevel.checkpoint()
         where = (run_id, dataset, offset)
-        answer, claimed = decide_page(
-            self._pages.get(where),
-            owner=owner,
-            lease_ttl=lease_ttl,
-            now=now,
-            takeover_lease=takeover_lease,
-            reopen=reopen,
-        )
+        answer, claimed = decide_page(self._pages.get(where), **terms)
         if claimed is not None:
             self._pages[where] = claimed
         return answer
 
-    def _leased_page(self, lease: PageLease) -> PageRecord | None:
-        page = self._pages.get((lease.run_id, lease.dataset, lease.offset))
-        if page is None or page.status != "running" or page.lease_id != lease.lease_id:
-            return None
-        return page
-
     async def heartbeat_pages(
-        self, leases: Sequence[PageLease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         await trio.lowlevel.checkpoint()
         expiries: list[float | None] = []
         for lease in leases:
-            page = self._leased_page(lease)
+            page = _leased_page(self._pages, lease)
             if page is None:
                 expiries.append(None)
                 continue
@@ -420,9 +406,11 @@ class MemoryStore:
             expiries.append(expires)
         return expiries
 
-    async def finish_page(self, lease: PageLease, *, attempt: int, failed: int, now: float) -> bool:
+    async def finish_page(
+        self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
+    ) -> bool:
         await trio.lowlevel.checkpoint()
-        page = self._leased_page(lease)
+        page = _leased_page(self._pages, lease)
         if page is None:
             return False
         self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
@@ -435,16 +423,15 @@ class MemoryStore:
         )
         return True
 
-    async def release_page(self, lease: PageLease, *, now: float) -> bool:
+    async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
         await trio.lowlevel.checkpoint()
-        page = self._leased_page(lease)
+        page = _leased_page(self._pages, lease)
         if page is None:
             return False
         # The lease id stays until the next claim: rows the releasing process
         # still flushes are its own until another process claims the page.
-        self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
-            page, status="pending", lease_expires_at=None, owner=None, updated_at=now
-        )
+        released = attrs.evolve(page, **{**_RELEASED, "lease_id": page.lease_id}, updated_at=now)
+        self._pages[lease.run_id, lease.dataset, lease.offset] = released
         return True
 
 
