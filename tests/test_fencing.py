@@ -116,11 +116,18 @@ class PeerCompletes(MemoryStore):
         super().__init__()
         self.keys = keys
         self.peer_done = trio.Event()
+        self.ours: str | None = None  # our lease of page 0
 
-    async def take_over(self, run_id: str, dataset: str, our_lease: str) -> None:
+    async def claim_page(self, *args: Any, **kw: Any) -> trioplay.PageClaim:
+        claim = await super().claim_page(*args, **kw)
+        if claim.status == "claimed" and kw["owner"] != PEER:
+            self.ours = claim.lease_id
+        return claim
+
+    async def take_over(self, run_id: str, dataset: str) -> None:
         now = trio.current_time()
         claim = await self.claim_page(
-            run_id, dataset, 0, owner=PEER, lease_ttl=TTL, now=now, takeover_lease=our_lease
+            run_id, dataset, 0, owner=PEER, lease_ttl=TTL, now=now, takeover_lease=self.ours
         )
         assert claim.lease_id is not None
         lease = trioplay.PageLease(run_id, dataset, 0, claim.lease_id)
@@ -133,6 +140,28 @@ class PeerCompletes(MemoryStore):
         assert await self.finish_page(lease, attempt=9, failed=0, now=now)
         self.peer_done.set()
 
+    def play(self, on_row_error: Any = "isolate") -> Any:
+        """A map over ``keys`` whose rows fail with ``LeaseLost`` once the peer is done."""
+
+        @trioplay.play("p")
+        async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+            async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+                if row["n"] == "0":
+                    await self.take_over("r", "s")
+                await self.peer_done.wait()
+                raise trioplay.LeaseLost("the receipt passed to another process")
+
+            source = [{"n": key} for key in self.keys]
+            dataset = ctx.dataset("s", source).with_column("x", resolver)
+            result = await dataset.run(key="n", on_row_error=on_row_error)
+            return {
+                "completed": result.completed_count,
+                "failed": result.failed_count,
+                "skipped": result.skipped_count,
+            }
+
+        return play
+
 
 @pytest.mark.deadline(600)
 async def test_rows_of_a_page_taken_over_never_replace_the_peers_completed_rows(
@@ -143,24 +172,7 @@ async def test_rows_of_a_page_taken_over_never_replace_the_peers_completed_rows(
     # missing them.
     keys = [str(i) for i in range(5)]
     store = PeerCompletes(keys)
-
-    @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
-            if row["n"] == "0":
-                (lease,) = [p for (_, _, _), p in store._pages.items()]
-                assert lease.lease_id is not None
-                await store.take_over("r", "s", lease.lease_id)
-            await store.peer_done.wait()
-            raise trioplay.LeaseLost("the receipt passed to another process")
-
-        source = [{"n": key} for key in keys]
-        result = await ctx.dataset("s", source).with_column("x", resolver).run(key="n")
-        return {
-            "completed": result.completed_count,
-            "failed": result.failed_count,
-            "skipped": result.skipped_count,
-        }
+    play = store.play()
 
     events: list[trioplay.RuntimeEvent] = []
     async with trioplay.open_runtime(
@@ -252,27 +264,12 @@ async def test_a_row_that_lost_its_receipt_to_a_peer_gives_the_page_up_not_the_m
     # its page's lease at once: the page is lost, the map goes on.
     keys = [str(i) for i in range(5)]
     store = PeerCompletes(keys)
-
-    @trioplay.play("p")
-    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
-        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
-            if row["n"] == "0":
-                (lease,) = [p for (_, _, _), p in store._pages.items()]
-                assert lease.lease_id is not None
-                await store.take_over("r", "s", lease.lease_id)
-            await store.peer_done.wait()
-            raise trioplay.LeaseLost("the receipt passed to another process")
-
-        source = [{"n": key} for key in keys]
-        result = await (
-            ctx.dataset("s", source).with_column("x", resolver).run(key="n", on_row_error="fail")
-        )
-        return {"completed": result.completed_count, "skipped": result.skipped_count}
+    play = store.play(on_row_error="fail")
 
     output = await run_play(store, play)
     # Page 0 was the peer's to finish: waited for at the end, found done,
     # its rows skipped as committed by another attempt.
-    assert output == {"completed": 0, "skipped": 5}
+    assert output == {"completed": 0, "failed": 0, "skipped": 5}
     rows = await store.read_rows("r", "s")
     assert {(row.status, row.attempt) for row in rows} == {("completed", 9)}
     assert (await store.get_run("r")).status == "completed"  # type: ignore[union-attr]
