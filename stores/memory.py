@@ -8,20 +8,13 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 import attrs
 import trio
 
 from trioplay import (
-    ClaimOutcome,
-    ClaimRequest,
-    Completion,
     EventRecord,
-    Failure,
-    Lease,
-    PageClaim,
-    PageLease,
     Receipt,
     RunRecord,
     SendRequest,
@@ -37,7 +30,8 @@ from trioplay import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from trioplay import RowStatus, RunStatus
+    import trioplay as tp
+    from trioplay import RunStatus
 
 from ._rules import (
     PageRecord,
@@ -52,6 +46,7 @@ from ._rules import (
     slot_of,
     wait_order,
 )
+from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
 
 URL = "memory://"
 
@@ -82,6 +77,35 @@ def _settled(
     )
 
 
+# What a release changes, in a receipt or a page: back to pending, with no lease.
+_RELEASED: dict[str, Any] = {
+    "status": "pending",
+    "lease_id": None,
+    "lease_expires_at": None,
+    "owner": None,
+}
+
+
+def _leased(
+    receipts: dict[str, Receipt], lease: tp.Lease | tp.Completion | tp.Failure
+) -> Receipt | None:
+    """The receipt under ``lease``, if that lease is still its own."""
+    receipt = receipts.get(lease.key)
+    if receipt is None or receipt.status != "running" or receipt.lease_id != lease.lease_id:
+        return None
+    return receipt
+
+
+def _leased_page(
+    pages: dict[tuple[str, str, int], PageRecord], lease: tp.PageLease
+) -> PageRecord | None:
+    """The page under ``lease``, if that lease is still its own."""
+    page = pages.get((lease.run_id, lease.dataset, lease.offset))
+    if page is None or page.status != "running" or page.lease_id != lease.lease_id:
+        return None
+    return page
+
+
 @attrs.define
 class _Sheet:
     rows: dict[str, SheetRow] = attrs.Factory(dict)
@@ -97,29 +121,15 @@ class _Sheet:
         return self.ordered, self.positions
 
 
-class MemoryStore:
-    """A :class:`trioplay.Store` in plain dicts, lost when the process exits.
+class MemoryWaits:
+    """Waits and events (``trioplay.WaitStore``) in dicts: the wait half of :class:`MemoryStore`.
 
-    Every method is one synchronous step after a checkpoint, so it is
-    atomic, cancellable before it acts, and never waits in real time: it is
-    the store to use under ``trio.testing.MockClock(autojump_threshold=0)``.
-
-    Two fault-injection hooks serve writer and stall tests:
-
-    - ``write_delay`` (seconds, virtual-time friendly) makes
-      ``write_terminal_rows`` sleep before it commits; cancelling it during
-      the sleep writes nothing;
-    - :meth:`fail_writes` makes ``write_terminal_rows`` raise the given error,
-      without writing, until it is called again with ``None``.
+    Each method is one synchronous step after a checkpoint, as in the store.
     """
 
-    def __init__(self, *, write_delay: float = 0.0) -> None:
-        self._write_delay = write_delay
-        self._write_error: BaseException | None = None
-        self._runs: dict[str, RunRecord] = {}
-        self._receipts: dict[str, Receipt] = {}
-        self._sheets: dict[tuple[str, str], _Sheet] = {}
-        self._pages: dict[tuple[str, str, int], PageRecord] = {}
+    _runs: dict[str, RunRecord]
+
+    def __init__(self) -> None:
         self._waits: dict[str, WaitRecord] = {}
         self._tokens: dict[str, str] = {}  # token -> wait key
         self._slot_waits: dict[Slot, list[str]] = {}
@@ -127,297 +137,6 @@ class MemoryStore:
         self._events: dict[tuple[str, str], EventRecord] = {}
         self._slot_events: dict[Slot, list[tuple[str, str]]] = {}
 
-    @property
-    def url(self) -> str:
-        return URL
-
-    def fail_writes(self, error: BaseException | None) -> None:
-        """Make ``write_terminal_rows`` raise ``error`` from now on (``None`` heals it)."""
-        self._write_error = error
-
-    async def open(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    # -- runs ---------------------------------------------------------------
-    async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
-    ) -> RunRecord:
-        await trio.lowlevel.checkpoint()
-        previous = self._runs.get(run_id)
-        if previous is not None and (previous.play, previous.input_json) != (play, input_json):
-            return previous  # another play or input: the caller refuses the run id
-        record = RunRecord(
-            run_id=run_id,
-            play=play,
-            input_json=input_json,
-            status="running",
-            attempt=previous.attempt + 1 if previous is not None else 1,
-            created_at=previous.created_at if previous is not None else now,
-            updated_at=now,
-        )
-        self._runs[run_id] = record
-        return record
-
-    async def finish_attempt(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        now: float,
-        output_json: str | None = None,
-        error: str | None = None,
-        stats_json: str | None = None,
-    ) -> None:
-        await trio.lowlevel.checkpoint()
-        record = self._runs.get(run_id)
-        if record is None:
-            raise StoreError(f"{URL}: finish_attempt: unknown run {run_id!r}")
-        self._runs[run_id] = attrs.evolve(
-            record,
-            status=status,
-            updated_at=now,
-            output_json=output_json,
-            error=error,
-            stats_json=stats_json,
-        )
-
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        await trio.lowlevel.checkpoint()
-        return self._runs.get(run_id)
-
-    async def list_runs(self, *, limit: int = 50) -> list[RunRecord]:
-        await trio.lowlevel.checkpoint()
-        # Ties on updated_at go to the run created last, as in SQL by rowid.
-        newest = sorted(
-            enumerate(self._runs.values()),
-            key=lambda item: (item[1].updated_at, item[0]),
-            reverse=True,
-        )
-        return [record for _, record in newest[:limit]]
-
-    # -- receipts -----------------------------------------------------------
-    async def claim_many(
-        self, requests: Sequence[ClaimRequest], *, owner: str, lease_ttl: float, now: float
-    ) -> list[ClaimOutcome]:
-        await trio.lowlevel.checkpoint()
-        outcomes, claimed = decide_claims(
-            requests, self._receipts, owner=owner, lease_ttl=lease_ttl, now=now
-        )
-        self._receipts.update((receipt.key, receipt) for receipt in claimed)
-        return outcomes
-
-    def _leased(self, key: str, lease_id: str) -> Receipt | None:
-        receipt = self._receipts.get(key)
-        if receipt is None or receipt.status != "running" or receipt.lease_id != lease_id:
-            return None
-        return receipt
-
-    async def heartbeat_many(
-        self, leases: Sequence[Lease], *, lease_ttl: float, now: float
-    ) -> list[float | None]:
-        await trio.lowlevel.checkpoint()
-        expiries: list[float | None] = []
-        for lease in leases:
-            receipt = self._leased(lease.key, lease.lease_id)
-            if receipt is None:
-                expiries.append(None)
-                continue
-            expires = now + lease_ttl
-            self._receipts[lease.key] = attrs.evolve(
-                receipt, lease_expires_at=expires, updated_at=now
-            )
-            expiries.append(expires)
-        return expiries
-
-    async def complete_many(self, items: Sequence[Completion], *, now: float) -> list[bool]:
-        await trio.lowlevel.checkpoint()
-        done: list[bool] = []
-        for item in items:
-            receipt = self._leased(item.key, item.lease_id)
-            if receipt is not None:
-                completed = _settled(receipt, "completed", item.result_json, None, now)
-                self._receipts[item.key] = completed
-            done.append(receipt is not None)
-        return done
-
-    async def fail_many(self, items: Sequence[Failure], *, now: float) -> list[bool]:
-        await trio.lowlevel.checkpoint()
-        done: list[bool] = []
-        for item in items:
-            receipt = self._leased(item.key, item.lease_id)
-            if receipt is not None:
-                self._receipts[item.key] = _settled(receipt, "failed", None, item.error_json, now)
-            done.append(receipt is not None)
-        return done
-
-    async def release_many(self, leases: Sequence[Lease], *, now: float) -> list[bool]:
-        await trio.lowlevel.checkpoint()
-        done: list[bool] = []
-        for lease in leases:
-            receipt = self._leased(lease.key, lease.lease_id)
-            if receipt is not None:
-                self._receipts[lease.key] = attrs.evolve(
-                    receipt,
-                    status="pending",
-                    lease_id=None,
-                    lease_expires_at=None,
-                    owner=None,
-                    updated_at=now,
-                )
-            done.append(receipt is not None)
-        return done
-
-    async def get_many(self, keys: Sequence[str]) -> list[Receipt | None]:
-        await trio.lowlevel.checkpoint()
-        return [self._receipts.get(key) for key in keys]
-
-    async def count_receipts(self, run_id: str) -> dict[str, int]:
-        await trio.lowlevel.checkpoint()
-        return dict(Counter(r.status for r in self._receipts.values() if r.run_id == run_id))
-
-    # -- dataset sheets -----------------------------------------------------
-    async def write_terminal_rows(
-        self, run_id: str, dataset: str, rows: Sequence[SheetRow]
-    ) -> None:
-        if self._write_delay > 0:
-            await trio.sleep(self._write_delay)
-        else:
-            await trio.lowlevel.checkpoint()
-        if self._write_error is not None:
-            raise self._write_error
-        if not rows:
-            return
-        sheet = self._sheets.setdefault((run_id, dataset), _Sheet())
-        sheet.rows.update((row.key, row) for row in rows)
-        sheet.ordered = None
-
-    async def sheet_status(
-        self, run_id: str, dataset: str, keys: Sequence[str]
-    ) -> dict[str, SheetEntry]:
-        await trio.lowlevel.checkpoint()
-        sheet = self._sheets.get((run_id, dataset))
-        if sheet is None:
-            return {}
-        entries: dict[str, SheetEntry] = {}
-        for key in keys:
-            row = sheet.rows.get(key)
-            if row is not None:
-                entries[key] = SheetEntry(row.status, row.attempt)
-        return entries
-
-    async def read_rows(
-        self,
-        run_id: str,
-        dataset: str,
-        *,
-        status: RowStatus | None = None,
-        after_position: int = -1,
-        limit: int = 1000,
-    ) -> list[SheetRow]:
-        await trio.lowlevel.checkpoint()
-        sheet = self._sheets.get((run_id, dataset))
-        if sheet is None or limit <= 0:
-            return []
-        ordered, positions = sheet.by_position()
-        page: list[SheetRow] = []
-        for index in range(bisect.bisect_right(positions, after_position), len(ordered)):
-            row = ordered[index]
-            if status is None or row.status == status:
-                page.append(row)
-                if len(page) == limit:
-                    break
-        return page
-
-    async def count_rows(self, run_id: str, dataset: str) -> dict[str, int]:
-        await trio.lowlevel.checkpoint()
-        sheet = self._sheets.get((run_id, dataset))
-        if sheet is None:
-            return {}
-        return dict(Counter(row.status for row in sheet.rows.values()))
-
-    async def list_datasets(self, run_id: str) -> list[str]:
-        await trio.lowlevel.checkpoint()
-        return sorted(dataset for run, dataset in self._sheets if run == run_id)
-
-    # -- page leases --------------------------------------------------------
-    async def claim_page(
-        self,
-        run_id: str,
-        dataset: str,
-        offset: int,
-        *,
-        owner: str,
-        lease_ttl: float,
-        now: float,
-        takeover_lease: str | None = None,
-        reopen: bool = False,
-    ) -> PageClaim:
-        await trio.lowlevel.checkpoint()
-        where = (run_id, dataset, offset)
-        answer, claimed = decide_page(
-            self._pages.get(where),
-            owner=owner,
-            lease_ttl=lease_ttl,
-            now=now,
-            takeover_lease=takeover_lease,
-            reopen=reopen,
-        )
-        if claimed is not None:
-            self._pages[where] = claimed
-        return answer
-
-    def _leased_page(self, lease: PageLease) -> PageRecord | None:
-        page = self._pages.get((lease.run_id, lease.dataset, lease.offset))
-        if page is None or page.status != "running" or page.lease_id != lease.lease_id:
-            return None
-        return page
-
-    async def heartbeat_pages(
-        self, leases: Sequence[PageLease], *, lease_ttl: float, now: float
-    ) -> list[float | None]:
-        await trio.lowlevel.checkpoint()
-        expiries: list[float | None] = []
-        for lease in leases:
-            page = self._leased_page(lease)
-            if page is None:
-                expiries.append(None)
-                continue
-            expires = now + lease_ttl
-            self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
-                page, lease_expires_at=expires, updated_at=now
-            )
-            expiries.append(expires)
-        return expiries
-
-    async def finish_page(self, lease: PageLease, *, attempt: int, failed: int, now: float) -> bool:
-        await trio.lowlevel.checkpoint()
-        page = self._leased_page(lease)
-        if page is None:
-            return False
-        self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
-            page,
-            status="done",
-            lease_expires_at=None,
-            attempt=attempt,
-            failed=failed,
-            updated_at=now,
-        )
-        return True
-
-    async def release_page(self, lease: PageLease, *, now: float) -> bool:
-        await trio.lowlevel.checkpoint()
-        page = self._leased_page(lease)
-        if page is None:
-            return False
-        self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
-            page, status="pending", lease_id=None, lease_expires_at=None, owner=None, updated_at=now
-        )
-        return True
-
-    # -- waits and events ---------------------------------------------------
     def _write_waits(self, waits: Sequence[WaitRecord]) -> None:
         for wait in waits:
             if wait.wait_key not in self._waits:
@@ -502,6 +221,277 @@ class MemoryStore:
             for event in self._events.values()
             if event.run_id == run_id and not (unclaimed_only and event.consumed_by is not None)
         ]
+
+
+class MemoryStore(MemoryWaits):
+    """A :class:`trioplay.Store` in plain dicts, lost when the process exits.
+
+    Every method is one synchronous step after a checkpoint, so it is
+    atomic, cancellable before it acts, and never waits in real time: it is
+    the store to use under ``trio.testing.MockClock(autojump_threshold=0)``.
+
+    Two fault-injection hooks serve writer and stall tests:
+
+    - ``write_delay`` (seconds, virtual-time friendly) makes
+      ``write_terminal_rows`` sleep before it commits; cancelling it during
+      the sleep writes nothing;
+    - :meth:`fail_writes` makes ``write_terminal_rows`` raise the given error,
+      without writing, until it is called again with ``None``.
+    """
+
+    def __init__(self, *, write_delay: float = 0.0) -> None:
+        self._write_delay = write_delay
+        self._write_error: BaseException | None = None
+        self._runs: dict[str, RunRecord] = {}
+        self._receipts: dict[str, Receipt] = {}
+        self._sheets: dict[tuple[str, str], _Sheet] = {}
+        self._pages: dict[tuple[str, str, int], PageRecord] = {}
+        super().__init__()
+
+    @property
+    def url(self) -> str:
+        return URL
+
+    def fail_writes(self, error: BaseException | None) -> None:
+        """Make ``write_terminal_rows`` raise ``error`` from now on (``None`` heals it)."""
+        self._write_error = error
+
+    async def open(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    # -- runs ---------------------------------------------------------------
+    async def begin_attempt(
+        self, run_id: str, play: str, input_json: str, *, now: float
+    ) -> RunRecord:
+        await trio.lowlevel.checkpoint()
+        previous = self._runs.get(run_id)
+        if previous is not None and (previous.play, previous.input_json) != (play, input_json):
+            return previous  # another play or input: the caller refuses the run id
+        record = RunRecord(
+            run_id=run_id,
+            play=play,
+            input_json=input_json,
+            status="running",
+            attempt=previous.attempt + 1 if previous is not None else 1,
+            created_at=previous.created_at if previous is not None else now,
+            updated_at=now,
+        )
+        self._runs[run_id] = record
+        return record
+
+    async def finish_attempt(
+        self, run_id: str, status: RunStatus, **end: Unpack[AttemptEnd]
+    ) -> None:
+        now, output_json, error, stats_json = attempt_end(**end)
+        await trio.lowlevel.checkpoint()
+        record = self._runs.get(run_id)
+        if record is None:
+            raise StoreError(f"{URL}: finish_attempt: unknown run {run_id!r}")
+        self._runs[run_id] = attrs.evolve(
+            record,
+            status=status,
+            updated_at=now,
+            output_json=output_json,
+            error=error,
+            stats_json=stats_json,
+        )
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        await trio.lowlevel.checkpoint()
+        return self._runs.get(run_id)
+
+    async def list_runs(self, *, limit: int = 50) -> list[RunRecord]:
+        await trio.lowlevel.checkpoint()
+        # Ties on updated_at go to the run created last, as in SQL by rowid.
+        newest = sorted(
+            enumerate(self._runs.values()),
+            key=lambda item: (item[1].updated_at, item[0]),
+            reverse=True,
+        )
+        return [record for _, record in newest[:limit]]
+
+    # -- receipts -----------------------------------------------------------
+    async def claim_many(
+        self, requests: Sequence[tp.ClaimRequest], *, owner: str, lease_ttl: float, now: float
+    ) -> list[tp.ClaimOutcome]:
+        await trio.lowlevel.checkpoint()
+        outcomes, claimed = decide_claims(
+            requests, self._receipts, owner=owner, lease_ttl=lease_ttl, now=now
+        )
+        self._receipts.update((receipt.key, receipt) for receipt in claimed)
+        return outcomes
+
+    async def heartbeat_many(
+        self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
+    ) -> list[float | None]:
+        await trio.lowlevel.checkpoint()
+        expiries: list[float | None] = []
+        for lease in leases:
+            receipt = _leased(self._receipts, lease)
+            if receipt is None:
+                expiries.append(None)
+                continue
+            expires = now + lease_ttl
+            self._receipts[lease.key] = attrs.evolve(
+                receipt, lease_expires_at=expires, updated_at=now
+            )
+            expiries.append(expires)
+        return expiries
+
+    async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
+        await trio.lowlevel.checkpoint()
+        done: list[bool] = []
+        for item in items:
+            receipt = _leased(self._receipts, item)
+            if receipt is not None:
+                completed = _settled(receipt, "completed", item.result_json, None, now)
+                self._receipts[item.key] = completed
+            done.append(receipt is not None)
+        return done
+
+    async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
+        await trio.lowlevel.checkpoint()
+        done: list[bool] = []
+        for item in items:
+            receipt = _leased(self._receipts, item)
+            if receipt is not None:
+                self._receipts[item.key] = _settled(receipt, "failed", None, item.error_json, now)
+            done.append(receipt is not None)
+        return done
+
+    async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
+        await trio.lowlevel.checkpoint()
+        done: list[bool] = []
+        for lease in leases:
+            receipt = _leased(self._receipts, lease)
+            if receipt is not None:
+                self._receipts[lease.key] = attrs.evolve(receipt, **_RELEASED, updated_at=now)
+            done.append(receipt is not None)
+        return done
+
+    async def get_many(self, keys: Sequence[str]) -> list[Receipt | None]:
+        await trio.lowlevel.checkpoint()
+        return [self._receipts.get(key) for key in keys]
+
+    async def count_receipts(self, run_id: str) -> dict[str, int]:
+        await trio.lowlevel.checkpoint()
+        return dict(Counter(r.status for r in self._receipts.values() if r.run_id == run_id))
+
+    # -- dataset sheets -----------------------------------------------------
+    async def write_terminal_rows(
+        self, run_id: str, dataset: str, rows: Sequence[SheetRow]
+    ) -> None:
+        if self._write_delay > 0:
+            await trio.sleep(self._write_delay)
+        else:
+            await trio.lowlevel.checkpoint()
+        if self._write_error is not None:
+            raise self._write_error
+        if not rows:
+            return
+        sheet = self._sheets.setdefault((run_id, dataset), _Sheet())
+        sheet.rows.update((row.key, row) for row in rows)
+        sheet.ordered = None
+
+    async def sheet_status(
+        self, run_id: str, dataset: str, keys: Sequence[str]
+    ) -> dict[str, SheetEntry]:
+        await trio.lowlevel.checkpoint()
+        sheet = self._sheets.get((run_id, dataset))
+        if sheet is None:
+            return {}
+        entries: dict[str, SheetEntry] = {}
+        for key in keys:
+            row = sheet.rows.get(key)
+            if row is not None:
+                entries[key] = SheetEntry(row.status, row.attempt)
+        return entries
+
+    async def read_rows(
+        self, run_id: str, dataset: str, **query: Unpack[RowQuery]
+    ) -> list[SheetRow]:
+        status, after_position, limit = row_query(**query)
+        await trio.lowlevel.checkpoint()
+        sheet = self._sheets.get((run_id, dataset))
+        if sheet is None or limit <= 0:
+            return []
+        ordered, positions = sheet.by_position()
+        page: list[SheetRow] = []
+        for index in range(bisect.bisect_right(positions, after_position), len(ordered)):
+            row = ordered[index]
+            if status is None or row.status == status:
+                page.append(row)
+                if len(page) == limit:
+                    break
+        return page
+
+    async def count_rows(self, run_id: str, dataset: str) -> dict[str, int]:
+        await trio.lowlevel.checkpoint()
+        sheet = self._sheets.get((run_id, dataset))
+        if sheet is None:
+            return {}
+        return dict(Counter(row.status for row in sheet.rows.values()))
+
+    async def list_datasets(self, run_id: str) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return sorted(dataset for run, dataset in self._sheets if run == run_id)
+
+    # -- page leases --------------------------------------------------------
+    async def claim_page(
+        self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
+    ) -> tp.PageClaim:
+        await trio.lowlevel.checkpoint()
+        where = (run_id, dataset, offset)
+        answer, claimed = decide_page(self._pages.get(where), **terms)
+        if claimed is not None:
+            self._pages[where] = claimed
+        return answer
+
+    async def heartbeat_pages(
+        self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
+    ) -> list[float | None]:
+        await trio.lowlevel.checkpoint()
+        expiries: list[float | None] = []
+        for lease in leases:
+            page = _leased_page(self._pages, lease)
+            if page is None:
+                expiries.append(None)
+                continue
+            expires = now + lease_ttl
+            self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
+                page, lease_expires_at=expires, updated_at=now
+            )
+            expiries.append(expires)
+        return expiries
+
+    async def finish_page(
+        self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
+    ) -> bool:
+        await trio.lowlevel.checkpoint()
+        page = _leased_page(self._pages, lease)
+        if page is None:
+            return False
+        self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
+            page,
+            status="done",
+            lease_expires_at=None,
+            attempt=attempt,
+            failed=failed,
+            updated_at=now,
+        )
+        return True
+
+    async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        page = _leased_page(self._pages, lease)
+        if page is None:
+            return False
+        released = attrs.evolve(page, **_RELEASED, updated_at=now)
+        self._pages[lease.run_id, lease.dataset, lease.offset] = released
+        return True
 
 
 __all__ = ["MemoryStore", "PageRecord", "decide_claims", "decide_page"]
