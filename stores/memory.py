@@ -37,6 +37,7 @@ from ._rules import (
     PageRecord,
     Slot,
     address,
+    decide_attempt,
     decide_cancel,
     decide_claims,
     decide_page,
@@ -46,7 +47,15 @@ from ._rules import (
     slot_of,
     wait_order,
 )
-from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
+from ._terms import (
+    AttemptEnd,
+    AttemptStart,
+    PageTerms,
+    RowQuery,
+    attempt_end,
+    attempt_start,
+    row_query,
+)
 
 URL = "memory://"
 
@@ -264,22 +273,14 @@ class MemoryStore(MemoryWaits):
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
-    ) -> RunRecord:
+        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
+    ) -> tp.RunRecord:
         await trio.lowlevel.checkpoint()
-        previous = self._runs.get(run_id)
-        if previous is not None and (previous.play, previous.input_json) != (play, input_json):
-            return previous  # another play or input: the caller refuses the run id
-        record = RunRecord(
-            run_id=run_id,
-            play=play,
-            input_json=input_json,
-            status="running",
-            attempt=previous.attempt + 1 if previous is not None else 1,
-            created_at=previous.created_at if previous is not None else now,
-            updated_at=now,
-        )
-        self._runs[run_id] = record
+        begin = (run_id, play, input_json, *attempt_start(**start))
+        parent = self._runs.get(begin[5] or "")
+        record, write = decide_attempt(self._runs.get(run_id), parent, begin)
+        if write:
+            self._runs[run_id] = record
         return record
 
     async def finish_attempt(

@@ -42,7 +42,7 @@ from trioplay import (
 
 from .test_receipt_machine import STORES, Portal
 
-WAIT_KINDS = ["memory"]
+WAIT_KINDS = list(STORES)
 
 RUN = "run-1"
 NAMES = ("approval", "approval", "approval", "callback")
