@@ -6,10 +6,11 @@ is what ``make bench`` does; ``all`` runs every benchmark but ``compare``
 :mod:`benchmarks.compare`) and ``instructions`` (machine instructions per
 row, counted under valgrind, see :mod:`benchmarks.instructions`).
 ``sigint`` is no benchmark but a trial of the promise that Ctrl-C and
-SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`);
-``all`` leaves it out too, and ``plot``, which draws no measurement of its
-own but ``docs/img/latency-scaling.svg`` from the newest saved ``latency`` and
-``scaling-latency`` results (see :mod:`benchmarks.plot`).
+SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`),
+and ``pgfaults`` one of riding out PostgreSQL faults (see
+:mod:`benchmarks.pgfaults`); ``all`` leaves them out too, and ``plot``, which
+draws no measurement of its own but ``docs/img/latency-scaling.svg`` from the
+newest saved ``latency`` and ``scaling-latency`` results (see :mod:`benchmarks.plot`).
 ``--quick`` shrinks every benchmark to a few seconds (one round, a few
 thousand rows) and saves nothing: it checks that the harness and the engine
 still work, its numbers mean little.
@@ -29,6 +30,7 @@ from . import (
     latency,
     memory,
     peers,
+    pgfaults,
     plot,
     scaling,
     sigint_trials,
@@ -145,6 +147,11 @@ def _sigint(args: argparse.Namespace) -> Any:
     return report
 
 
+def _pgfaults(args: argparse.Namespace) -> Any:
+    trials = args.trials or (1 if args.quick else pgfaults.DEFAULT_TRIALS)
+    return pgfaults.run(trials, rows=args.rows or pgfaults.DEFAULT_ROWS)
+
+
 BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "throughput": (_throughput, "rows/s of trioplay (memory, sqlite) vs raw Trio"),
     "memory": (_memory, "peak RSS of a small-row map on SQLite (100k rows)"),
@@ -169,8 +176,12 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
     "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),
+    "pgfaults": (
+        _pgfaults,
+        "PostgreSQL backends killed, connections cut for 3 and 8 s: ridden out within store_retry?",
+    ),
 }
-NOT_IN_ALL = ("compare", "instructions", "sigint", "plot")
+NOT_IN_ALL = ("compare", "instructions", "sigint", "plot", "pgfaults")
 DEFAULT = ("throughput", "memory")
 
 
@@ -199,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--in-flight", type=int, default=None, help="latency: rows in flight (default 256)"
     )
-    parser.add_argument("--trials", type=int, default=None, help="sigint: runs to interrupt")
+    parser.add_argument(
+        "--trials", type=int, default=None, help="sigint: runs to interrupt; pgfaults: of each"
+    )
     parser.add_argument("--seed", type=int, default=0, help="sigint: seed of the delays")
     parser.add_argument(
         "--signal", default="INT", help="sigint: the signal to send, INT or TERM (default INT)"

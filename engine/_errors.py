@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 TransientCategory = Literal["rate_limit", "network", "upstream"]
 FetchPhase = Literal["headers", "body", "total"]
@@ -326,7 +329,10 @@ class StoreError(TrioplayError):
     ``retryable`` is true when the store knows the call did nothing and may
     be made again as it was (the connection was refused, or lost before
     anything was committed): the runtime then tries again, within
-    ``Limits.store_retry``, before the run fails.
+    ``Limits.store_retry``, before the run fails. ``retry_with``, when the
+    store sets it, is the call to make instead of the same one again: a
+    write whose outcome is unknown but can be confirmed by reading back
+    (it reads, and writes again only what did not take effect).
     """
 
     code = "STORE"
@@ -340,6 +346,7 @@ class StoreError(TrioplayError):
         elapsed: float | None = None,
         outcome_unknown: bool = False,
         retryable: bool = False,
+        retry_with: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         super().__init__(message)
         self.store = store
@@ -347,6 +354,7 @@ class StoreError(TrioplayError):
         self.elapsed = elapsed
         self.outcome_unknown = outcome_unknown
         self.retryable = retryable
+        self.retry_with = retry_with
 
 
 class ReceiptNotRecorded(PersistenceLatchTripped, StoreError):

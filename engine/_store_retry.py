@@ -9,8 +9,11 @@ made again exactly as it was: the run's store is wrapped here to do so,
 with backoff (0.1 s, doubling, at most 2 s between tries), for as long as
 ``store_retry`` seconds from the first failure. Past that budget the call
 fails with the last error, saying how long it tried. A failure that is not
-marked (a commit whose outcome is unknown, a call that got no answer in
-time, a constraint, a full disk) fails at once, as before.
+marked (a commit whose outcome is unknown and cannot be confirmed, a call
+that got no answer in time, a constraint, a full disk) fails at once, as
+before. A write whose outcome is unknown but can be confirmed by reading
+back comes with the call to make instead (``StoreError.retry_with``): it
+reads what took effect and writes again only if nothing did.
 
 The policy lives here, once, for every store; each store only says which of
 its failures are safe to repeat. Every method of the run's store that is a
@@ -79,6 +82,8 @@ async def _call(
         except StoreError as exc:
             if not exc.retryable:
                 raise
+            if exc.retry_with is not None:  # to be confirmed by reading back first
+                method, args, kwargs = exc.retry_with, (), {}
             now = trio.current_time()
             if started is None:
                 started = now

@@ -17,6 +17,7 @@ import trio
 import trio.testing
 
 import trioplay
+from trioplay._store_retry import retrying
 from trioplay.adapters.faults import StoreOutage
 from trioplay.stores.memory import MemoryStore
 
@@ -99,3 +100,38 @@ async def test_no_budget_no_retry(autojump_clock: trio.testing.MockClock) -> Non
     assert str(error).startswith("simulated store outage: ")
     assert "tried" not in str(error)
     assert refused >= 1
+
+
+class _Confirmable:
+    """A store whose one write loses its connection mid-commit, then twice more."""
+
+    url = "test://"
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self.reads = 0
+
+    async def complete_many(self) -> list[bool]:
+        self.writes += 1
+
+        async def confirm() -> list[bool]:
+            self.reads += 1
+            if self.reads < 3:  # still down: a read that did nothing, to be made again
+                raise trioplay.StoreError("connection lost", retryable=True)
+            return [True]  # the read shows the write took effect
+
+        raise trioplay.StoreError(
+            "connection lost; the COMMIT was sent but never confirmed",
+            outcome_unknown=True,
+            retryable=True,
+            retry_with=confirm,
+        )
+
+
+async def test_a_write_of_unknown_outcome_is_confirmed_by_reading_back_not_repeated(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    inner = _Confirmable()
+    store: Any = retrying(inner, 10.0)  # type: ignore[arg-type]
+    assert await store.complete_many() == [True]
+    assert (inner.writes, inner.reads) == (1, 3)
