@@ -58,6 +58,7 @@ LIMITS = trioplay.Limits(
     progress_flush_interval=0.01,
     stall_log_interval=0.5,
     cleanup_timeout=CLEANUP,
+    store_retry=0,  # each fault here lasts: what it shows, not how it is ridden out
 )
 REPO = Path(__file__).resolve().parent.parent
 
