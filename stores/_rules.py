@@ -19,6 +19,8 @@ from trioplay import Claimed, ClaimOutcome, ClaimRequest, Held, PageClaim, Recei
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from trioplay import PageLease
+
 
 def decide_claims(
     requests: Sequence[ClaimRequest],
@@ -135,8 +137,8 @@ def decide_page(
     owner: str,
     lease_ttl: float,
     now: float,
-    takeover_lease: str | None,
-    reopen: bool,
+    takeover_lease: str | None = None,
+    reopen: bool = False,
 ) -> tuple[PageClaim, PageRecord | None]:
     """Answer ``claim_page`` for the stored ``page``, without writing.
 
@@ -161,3 +163,13 @@ def decide_page(
         now,
     )
     return PageClaim("claimed", lease_id, lease_expires_at, owner), claimed
+
+
+def renewed(expires: float, updated: Sequence[bool]) -> list[float | None]:
+    """A heartbeat's answer: the new expiry where the lease was still ours, else ``None``."""
+    return [expires if ok else None for ok in updated]
+
+
+def page_key(lease: PageLease) -> tuple[str, str, int, str]:
+    """A page lease as its fence's columns: ``run_id, dataset, page_offset, lease_id``."""
+    return (lease.run_id, lease.dataset, lease.offset, lease.lease_id)

@@ -27,7 +27,7 @@ import trio
 import trioplay
 from trioplay import ClaimRequest, Completion, SheetRow, StoreError
 from trioplay.stores import open_store
-from trioplay.stores._pg_bridge import _Abandoned, _Job, _running, commit_point, transaction
+from trioplay.stores._pg_bridge import Abandoned, Job, _running, commit_point, transaction
 from trioplay.stores.postgres import SCHEMA_VERSION, PostgresStore
 
 from .support import CountingTool, find_email, registry
@@ -574,14 +574,14 @@ async def test_call_timeout_from_the_url_abandons_a_call_that_does_not_answer(
 
 
 async def test_a_job_its_caller_gave_up_on_never_commits() -> None:
-    job = _Job(lambda conn: None, trio.lowlevel.current_trio_token())
+    job = Job(lambda conn: None, trio.lowlevel.current_trio_token())
     _running.job = job
     try:
         commit_point()
         assert job.commit == "sent"  # marked before its COMMIT is sent
         job.commit = None
         assert job.give_up() is None
-        with pytest.raises(_Abandoned):
+        with pytest.raises(Abandoned):
             commit_point()  # too late: its COMMIT is never sent
         assert job.commit is None
     finally:
