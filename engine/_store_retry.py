@@ -92,9 +92,11 @@ async def _call(
                     _without_elapsed(str(exc)),
                     budget,
                 )
-            if now - started + delay > budget:
-                raise _gave_up(exc, tries, now - started, budget) from exc
-        await trio.sleep(delay)
+            spent = now - started
+            if spent >= budget:
+                raise _gave_up(exc, tries, spent, budget) from exc
+            pause = min(delay, budget - spent)  # the last try comes as the budget ends
+        await trio.sleep(pause)
         delay = min(delay * 2, MAX_DELAY)
 
 

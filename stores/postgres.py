@@ -33,6 +33,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
+import attrs
 import psycopg
 import psycopg.conninfo
 import trio
@@ -48,6 +49,7 @@ from ._pg_bridge import (
     ConnectionLost,
     NoAnswer,
     Pool,
+    SetupFailed,
     Unreachable,
     Worker,
     connect,
@@ -192,8 +194,17 @@ class PostgresStore:
         opener = partial(connect, self._params, CREATE_INCOMING)
         return Worker(opener, f"trioplay-postgres {self.url}")
 
-    async def _call(self, operation: str, work: Callable[[Conn], T]) -> T:
-        """Run ``work`` on a pooled connection, and name the store in its errors."""
+    async def _call(
+        self, operation: str, work: Callable[[Conn], T], *, idempotent: bool = False
+    ) -> T:
+        """Run ``work`` on a pooled connection, and name the store in its errors.
+
+        A failure that did nothing (the connection refused, or lost before
+        anything was committed) is marked ``retryable``, and so is a lost
+        connection of an ``idempotent`` call whatever it committed: doing it
+        again gives what doing it once would have (the runtime retries it
+        within ``Limits.store_retry``).
+        """
         await trio.lowlevel.checkpoint_if_cancelled()
         pool = self._pool
         if pool is None:
@@ -216,10 +227,16 @@ class PostgresStore:
             raise _error(self.url, operation, fault, started, exc.commit) from None
         except Unreachable as exc:
             fault = f"cannot connect: {exc}"
-            raise _error(self.url, operation, fault, started) from exc.cause
+            raise _error(self.url, operation, fault, started, retryable=True) from exc.cause
         except ConnectionLost as exc:
             fault = f"connection lost: {exc}"
-            raise _error(self.url, operation, fault, started, exc.commit) from exc.cause
+            again = idempotent or exc.commit is None
+            raise _error(
+                self.url, operation, fault, started, exc.commit, retryable=again
+            ) from exc.cause
+        except SetupFailed as exc:
+            fault = f"connected, but setting the connection up failed: {exc}"
+            raise _error(self.url, operation, fault, started) from exc.cause
         except (psycopg.Error, UnicodeError, Contended, Abandoned) as exc:
             raise _error(self.url, operation, one_line(exc), started) from exc
 
@@ -235,7 +252,8 @@ class PostgresStore:
     ) -> None:
         now, *ending = attempt_end(**end)
         params = (status, float(now), *ending, run_id)
-        if not await self._call("finish_attempt", partial(jobs.finish_attempt, self._sql, params)):
+        finish = partial(jobs.finish_attempt, self._sql, params)
+        if not await self._call("finish_attempt", finish, idempotent=True):
             raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
 
     async def get_run(self, run_id: str) -> tp.RunRecord | None:
@@ -255,21 +273,98 @@ class PostgresStore:
         claim = partial(
             jobs.claim_many, self._sql, self._growth, list(requests), decide, self._fresh_claims
         )
-        outcomes, self._fresh_claims = await self._call("claim_many", claim)
+        try:
+            outcomes, self._fresh_claims = await self._call("claim_many", claim)
+        except StoreError as exc:
+            if exc.outcome_unknown:
+                exc.retryable = True
+                exc.retry_with = partial(self._reclaim, requests, owner, lease_ttl, float(now))
+            raise
         return outcomes
+
+    async def _reclaim(
+        self, requests: Sequence[tp.ClaimRequest], owner: str, lease_ttl: float, now: float
+    ) -> list[tp.ClaimOutcome]:
+        """A claim whose outcome is unknown, made again, taking over what it took.
+
+        The claim is one transaction: if it committed, every key it claimed
+        holds a lease of ``owner`` stamped ``now`` (its lease ids, made in
+        the lost job, are unknown here). Read back, those are taken over (a
+        takeover of one's own lease, ``ClaimRequest.takeover_lease``); the
+        rest are claimed as if for the first time.
+        """
+        found = await self.get_many([request.key for request in requests])
+        again = [
+            attrs.evolve(request, takeover_lease=receipt.lease_id)
+            if receipt is not None
+            and receipt.status == "running"
+            and receipt.owner == owner
+            and receipt.updated_at == now
+            else request
+            for request, receipt in zip(requests, found, strict=True)
+        ]
+        return await self.claim_many(again, owner=owner, lease_ttl=lease_ttl, now=now)
 
     async def heartbeat_many(
         self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         renew = partial(jobs.heartbeat_many, self._sql, leases, float(lease_ttl), float(now))
-        return await self._call("heartbeat_many", renew)
+        return await self._call("heartbeat_many", renew, idempotent=True)
 
     async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
         complete = partial(jobs.complete_many, self._sql, items, float(now))
-        return await self._call("complete_many", complete)
+        return await self._settle("complete_many", complete, items, "completed")
 
     async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
-        return await self._call("fail_many", partial(jobs.fail_many, self._sql, items, float(now)))
+        fail = partial(jobs.fail_many, self._sql, items, float(now))
+        return await self._settle("fail_many", fail, items, "failed")
+
+    async def _settle(
+        self,
+        operation: str,
+        work: Callable[[Conn], list[bool]],
+        items: Sequence[tp.Completion | tp.Failure],
+        status: str,
+    ) -> list[bool]:
+        """A fenced settlement; one whose outcome is unknown is confirmed by reading back.
+
+        The settlement is one ``UPDATE``: it took effect whole or not at all.
+        Which one a reading of its receipts tells: a receipt it settled is
+        ``status`` under the same lease (only this write could have done
+        that), one it did not is still ``running`` under it. So the error of
+        an unknown outcome carries, as the call to retry with, that reading
+        (and the write again, only if nothing took effect).
+        """
+        try:
+            return await self._call(operation, work)
+        except StoreError as exc:
+            if not exc.outcome_unknown:
+                raise
+            exc.retryable = True
+            exc.retry_with = partial(self._confirm, operation, work, items, status)
+            raise
+
+    async def _confirm(
+        self,
+        operation: str,
+        work: Callable[[Conn], list[bool]],
+        items: Sequence[tp.Completion | tp.Failure],
+        status: str,
+    ) -> list[bool]:
+        found = await self.get_many([item.key for item in items])
+        settled = [
+            receipt is not None and receipt.lease_id == item.lease_id and receipt.status == status
+            for item, receipt in zip(items, found, strict=True)
+        ]
+        if not any(settled):
+            return await self._settle(operation, work, items, status)  # it did not: again
+        seen: set[tuple[str, str]] = set()  # a repeated lease: False, as _fenced answers
+        answers = []
+        for item, ok in zip(items, settled, strict=True):
+            lease = (item.key, item.lease_id)
+            answers.append(ok and lease not in seen)
+            seen.add(lease)
+        return answers
 
     async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         release = partial(jobs.release_many, self._sql, leases, float(now))
@@ -296,7 +391,8 @@ class PostgresStore:
         write = partial(
             jobs.write_terminal_rows, self._sql, self._growth, run_id, dataset, list(rows)
         )
-        await self._call("write_terminal_rows", write)
+        # An upsert of the same rows: written twice, the sheet is the same.
+        await self._call("write_terminal_rows", write, idempotent=True)
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
@@ -339,7 +435,7 @@ class PostgresStore:
         self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         renew = partial(jobs.heartbeat_pages, self._sql, leases, float(lease_ttl), float(now))
-        return await self._call("heartbeat_pages", renew)
+        return await self._call("heartbeat_pages", renew, idempotent=True)
 
     async def finish_page(
         self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
@@ -353,7 +449,13 @@ class PostgresStore:
 
 
 def _error(
-    url: str, operation: str, fault: str, started: float, commit: Commit = None
+    url: str,
+    operation: str,
+    fault: str,
+    started: float,
+    commit: Commit = None,
+    *,
+    retryable: bool = False,
 ) -> StoreError:
     """The error of a failed call: the store, the operation, what went wrong, and when."""
     elapsed = trio.current_time() - started
@@ -371,6 +473,7 @@ def _error(
         operation=operation,
         elapsed=elapsed,
         outcome_unknown=unknown,
+        retryable=retryable,
     )
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+import psycopg
+import psycopg.conninfo
 import pytest
 import trio
 
@@ -79,9 +81,8 @@ async def test_a_job_that_finished_during_a_loop_stall_is_not_a_timeout(schema: 
 
 async def test_a_connection_made_is_not_said_to_have_failed_to_connect(schema: str) -> None:
     # Read-only sessions: the connection opens, its first statement fails.
-    store = PostgresStore.from_url(
-        f"{DSN}?schema={schema}&options=-c%20default_transaction_read_only%3Don"
-    )
+    conninfo = psycopg.conninfo.make_conninfo(DSN, options="-c default_transaction_read_only=on")
+    store = PostgresStore(conninfo, schema=schema)
     with pytest.raises(trioplay.StoreError) as caught:
         await store.open()
     message = str(caught.value)

@@ -76,7 +76,7 @@ async def test_past_the_budget_the_run_fails_saying_how_long_it_tried(
     assert " refused; tried " in message
     assert message.endswith("(store_retry=10s) and the store did not come back")
     spent = float(message.split(" times for ")[1].split("s ")[0])
-    assert 8.0 <= spent <= 10.0
+    assert 10.0 <= spent <= 10.5
     assert not error.retryable  # given up: not to be retried further up
 
 
