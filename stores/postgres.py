@@ -195,15 +195,19 @@ class PostgresStore:
         return Worker(opener, f"trioplay-postgres {self.url}")
 
     async def _call(
-        self, operation: str, work: Callable[[Conn], T], *, idempotent: bool = False
+        self, operation: str, work: Callable[[Conn], T], *, repeatable: bool = False
     ) -> T:
         """Run ``work`` on a pooled connection, and name the store in its errors.
 
         A failure that did nothing (the connection refused, or lost before
         anything was committed) is marked ``retryable``, and so is a lost
-        connection of an ``idempotent`` call whatever it committed: doing it
-        again gives what doing it once would have (the runtime retries it
-        within ``Limits.store_retry``).
+        connection of a ``repeatable`` call whatever it committed: done
+        again, it leaves the store as doing it once would have (a heartbeat,
+        the sheet's upsert; a release or a page's finish, whose answer the
+        engine does not act on, may then say it did nothing), or as safe (a
+        page claim that took effect finds its own lease held: the page waits
+        for it to expire, then runs). The runtime retries it within
+        ``Limits.store_retry``.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         pool = self._pool
@@ -230,7 +234,7 @@ class PostgresStore:
             raise _error(self.url, operation, fault, started, retryable=True) from exc.cause
         except ConnectionLost as exc:
             fault = f"connection lost: {exc}"
-            again = idempotent or exc.commit is None
+            again = repeatable or exc.commit is None
             raise _error(
                 self.url, operation, fault, started, exc.commit, retryable=again
             ) from exc.cause
@@ -253,7 +257,7 @@ class PostgresStore:
         now, *ending = attempt_end(**end)
         params = (status, float(now), *ending, run_id)
         finish = partial(jobs.finish_attempt, self._sql, params)
-        if not await self._call("finish_attempt", finish, idempotent=True):
+        if not await self._call("finish_attempt", finish, repeatable=True):
             raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
 
     async def get_run(self, run_id: str) -> tp.RunRecord | None:
@@ -309,7 +313,7 @@ class PostgresStore:
         self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         renew = partial(jobs.heartbeat_many, self._sql, leases, float(lease_ttl), float(now))
-        return await self._call("heartbeat_many", renew, idempotent=True)
+        return await self._call("heartbeat_many", renew, repeatable=True)
 
     async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
         complete = partial(jobs.complete_many, self._sql, items, float(now))
@@ -368,7 +372,7 @@ class PostgresStore:
 
     async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         release = partial(jobs.release_many, self._sql, leases, float(now))
-        return await self._call("release_many", release)
+        return await self._call("release_many", release, repeatable=True)
 
     async def get_many(self, keys: Sequence[str]) -> list[tp.Receipt | None]:
         if not keys:
@@ -392,7 +396,7 @@ class PostgresStore:
             jobs.write_terminal_rows, self._sql, self._growth, run_id, dataset, list(rows)
         )
         # An upsert of the same rows: written twice, the sheet is the same.
-        await self._call("write_terminal_rows", write, idempotent=True)
+        await self._call("write_terminal_rows", write, repeatable=True)
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
@@ -429,23 +433,23 @@ class PostgresStore:
         terms["now"] = now = float(terms["now"])
         decide = partial(decide_page, **terms)
         claim = partial(jobs.claim_page, self._sql, (run_id, dataset, offset), now, decide)
-        return await self._call("claim_page", claim)
+        return await self._call("claim_page", claim, repeatable=True)
 
     async def heartbeat_pages(
         self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         renew = partial(jobs.heartbeat_pages, self._sql, leases, float(lease_ttl), float(now))
-        return await self._call("heartbeat_pages", renew, idempotent=True)
+        return await self._call("heartbeat_pages", renew, repeatable=True)
 
     async def finish_page(
         self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
     ) -> bool:
         finish = partial(jobs.finish_page, self._sql, lease, attempt, failed, float(now))
-        return await self._call("finish_page", finish)
+        return await self._call("finish_page", finish, repeatable=True)
 
     async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
         release = partial(jobs.release_page, self._sql, lease, float(now))
-        return await self._call("release_page", release)
+        return await self._call("release_page", release, repeatable=True)
 
 
 def _error(
