@@ -344,31 +344,29 @@ class PostgresStore:
         except StoreError as exc:
             if not exc.outcome_unknown:
                 raise
-            exc.retryable = True
-            exc.retry_with = partial(self._confirm, operation, work, items, status)
-            raise
+            unknown = exc
 
-    async def _confirm(
-        self,
-        operation: str,
-        work: Callable[[Conn], list[bool]],
-        items: Sequence[tp.Completion | tp.Failure],
-        status: str,
-    ) -> list[bool]:
-        found = await self.get_many([item.key for item in items])
-        settled = [
-            receipt is not None and receipt.lease_id == item.lease_id and receipt.status == status
-            for item, receipt in zip(items, found, strict=True)
-        ]
-        if not any(settled):
-            return await self._settle(operation, work, items, status)  # it did not: again
-        seen: set[tuple[str, str]] = set()  # a repeated lease: False, as _fenced answers
-        answers = []
-        for item, ok in zip(items, settled, strict=True):
-            lease = (item.key, item.lease_id)
-            answers.append(ok and lease not in seen)
-            seen.add(lease)
-        return answers
+        async def confirm() -> list[bool]:
+            found = await self.get_many([item.key for item in items])
+            settled = [
+                receipt is not None
+                and receipt.lease_id == item.lease_id
+                and receipt.status == status
+                for item, receipt in zip(items, found, strict=True)
+            ]
+            if not any(settled):
+                return await self._settle(operation, work, items, status)  # it did not: again
+            seen: set[tuple[str, str]] = set()  # a repeated lease: False, as _fenced answers
+            answers = []
+            for item, ok in zip(items, settled, strict=True):
+                lease = (item.key, item.lease_id)
+                answers.append(ok and lease not in seen)
+                seen.add(lease)
+            return answers
+
+        unknown.retryable = True
+        unknown.retry_with = confirm
+        raise unknown
 
     async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         release = partial(jobs.release_many, self._sql, leases, float(now))
