@@ -33,7 +33,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-import attrs
 import psycopg
 import psycopg.conninfo
 import trio
@@ -42,6 +41,7 @@ from trioplay import StoreError
 
 from . import _pg_jobs as jobs
 from ._bridge import one_line
+from ._confirm import reclaim, settle
 from ._pg_bridge import (
     Abandoned,
     Closed,
@@ -282,32 +282,9 @@ class PostgresStore:
         except StoreError as exc:
             if exc.outcome_unknown:
                 exc.retryable = True
-                exc.retry_with = partial(self._reclaim, requests, owner, lease_ttl, float(now))
+                exc.retry_with = partial(reclaim, self, requests, owner, lease_ttl, float(now))
             raise
         return outcomes
-
-    async def _reclaim(
-        self, requests: Sequence[tp.ClaimRequest], owner: str, lease_ttl: float, now: float
-    ) -> list[tp.ClaimOutcome]:
-        """A claim whose outcome is unknown, made again, taking over what it took.
-
-        The claim is one transaction: if it committed, every key it claimed
-        holds a lease of ``owner`` stamped ``now`` (its lease ids, made in
-        the lost job, are unknown here). Read back, those are taken over (a
-        takeover of one's own lease, ``ClaimRequest.takeover_lease``); the
-        rest are claimed as if for the first time.
-        """
-        found = await self.get_many([request.key for request in requests])
-        again = [
-            attrs.evolve(request, takeover_lease=receipt.lease_id)
-            if receipt is not None
-            and receipt.status == "running"
-            and receipt.owner == owner
-            and receipt.updated_at == now
-            else request
-            for request, receipt in zip(requests, found, strict=True)
-        ]
-        return await self.claim_many(again, owner=owner, lease_ttl=lease_ttl, now=now)
 
     async def heartbeat_many(
         self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
@@ -316,57 +293,16 @@ class PostgresStore:
         return await self._call("heartbeat_many", renew, repeatable=True)
 
     async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
-        complete = partial(jobs.complete_many, self._sql, items, float(now))
-        return await self._settle("complete_many", complete, items, "completed")
+        complete = partial(
+            self._call, "complete_many", partial(jobs.complete_many, self._sql, items, float(now))
+        )
+        return await settle(complete, self.get_many, items, "completed")
 
     async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
-        fail = partial(jobs.fail_many, self._sql, items, float(now))
-        return await self._settle("fail_many", fail, items, "failed")
-
-    async def _settle(
-        self,
-        operation: str,
-        work: Callable[[Conn], list[bool]],
-        items: Sequence[tp.Completion | tp.Failure],
-        status: str,
-    ) -> list[bool]:
-        """A fenced settlement; one whose outcome is unknown is confirmed by reading back.
-
-        The settlement is one ``UPDATE``: it took effect whole or not at all.
-        Which one a reading of its receipts tells: a receipt it settled is
-        ``status`` under the same lease (only this write could have done
-        that), one it did not is still ``running`` under it. So the error of
-        an unknown outcome carries, as the call to retry with, that reading
-        (and the write again, only if nothing took effect).
-        """
-        try:
-            return await self._call(operation, work)
-        except StoreError as exc:
-            if not exc.outcome_unknown:
-                raise
-            unknown = exc
-
-        async def confirm() -> list[bool]:
-            found = await self.get_many([item.key for item in items])
-            settled = [
-                receipt is not None
-                and receipt.lease_id == item.lease_id
-                and receipt.status == status
-                for item, receipt in zip(items, found, strict=True)
-            ]
-            if not any(settled):
-                return await self._settle(operation, work, items, status)  # it did not: again
-            seen: set[tuple[str, str]] = set()  # a repeated lease: False, as _fenced answers
-            answers = []
-            for item, ok in zip(items, settled, strict=True):
-                lease = (item.key, item.lease_id)
-                answers.append(ok and lease not in seen)
-                seen.add(lease)
-            return answers
-
-        unknown.retryable = True
-        unknown.retry_with = confirm
-        raise unknown
+        fail = partial(
+            self._call, "fail_many", partial(jobs.fail_many, self._sql, items, float(now))
+        )
+        return await settle(fail, self.get_many, items, "failed")
 
     async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         release = partial(jobs.release_many, self._sql, leases, float(now))
