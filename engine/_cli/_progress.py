@@ -1,7 +1,10 @@
 """What the command line shows while a run works, and the summary after it.
 
-:class:`RunReporter` is an ``on_event`` sink. It follows ``map.started``,
-``map.progress`` and ``map.finished`` events and shows, on stderr:
+:class:`RunReporter` is a sink of the run's recorder like the event files'
+(``trioplay.events.Sink``), a live one: it reads the records as the
+``RuntimeEvent`` events every ``on_event`` listener gets (one table,
+:data:`trioplay._trace._listen.FACTS`, derives them) and follows
+``run.*``, ``map.started``, ``map.progress`` and ``map.finished``. It shows, on stderr:
 
 - on a terminal, a rich progress bar per running map (rows done of the total,
   completed and failed, rate, ETA) that exists only while a map runs;
@@ -22,12 +25,16 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
+from .._trace._listen import EventStream
+from ._failures import failures_line
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from rich.progress import Progress, TaskID
 
     from .._events import RuntimeEvent
+    from ._failures import FailureKind
 
 
 @attrs.define
@@ -42,6 +49,7 @@ class MapProgress:
     skipped: int = 0
     duplicates: int = 0
     unconfirmed: int = 0  # rows of a write whose outcome is unknown
+    columns: tuple[str, ...] = ()  # as map.started said: a header for an empty sheet
     at: float = 0.0
     finished: bool = False
     last_line_at: float | None = None
@@ -79,6 +87,9 @@ class MapProgress:
         self.skipped = int(data.get("skipped", self.skipped))
         self.duplicates = int(data.get("duplicates", self.duplicates))
         self.unconfirmed = int(data.get("unconfirmed", self.unconfirmed))
+        columns = data.get("columns")
+        if isinstance(columns, list):
+            self.columns = tuple(str(name) for name in columns)
 
 
 @attrs.define
@@ -101,8 +112,8 @@ class RunOutcome:
         return self.finished_at - self.started_at
 
 
-class RunReporter:
-    """Progress on stderr from runtime events; pass it as ``on_event``.
+class RunReporter(EventStream):
+    """Progress on stderr from runtime events; a sink of the run's recorder.
 
     ``interactive`` defaults to whether stderr is a terminal. ``stream``
     defaults to ``sys.stderr`` as it is when a line is written (so a test's
@@ -117,6 +128,7 @@ class RunReporter:
         interactive: bool | None = None,
         interval: float = 2.0,
     ) -> None:
+        super().__init__()
         self._stream = stream
         self.interactive = self.stream.isatty() if interactive is None else interactive
         self.interval = interval
@@ -130,7 +142,7 @@ class RunReporter:
         return self._stream if self._stream is not None else sys.stderr
 
     # -- the event sink -----------------------------------------------------
-    def __call__(self, event: RuntimeEvent) -> None:
+    def tell(self, event: RuntimeEvent) -> None:
         handler = _HANDLERS.get(event.type)
         if handler is not None:
             handler(self, event)
@@ -341,13 +353,16 @@ def format_summary(
     sheets: Mapping[str, Mapping[str, int]] | None = None,
     outputs: Sequence[OutputFile] = (),
     elapsed: float | None = None,
+    failures: Mapping[str, Sequence[FailureKind]] | None = None,
 ) -> str:
     """The end-of-run summary, several lines, for stdout.
 
     ``maps`` are this attempt's counts; ``sheets`` the rows each dataset's
-    sheet holds now (every attempt together), by status.
+    sheet holds now (every attempt together), by status; ``failures`` why
+    each dataset's failed rows failed (a line under the dataset's).
     """
     sheets = sheets or {}
+    failures = failures or {}
     status = outcome.status or "unknown"
     head = f"run {outcome.run_id or '?'}: {status}"
     details = []
@@ -379,6 +394,8 @@ def format_summary(
             held = f"{sheet.get('completed', 0):,} completed, {sheet.get('failed', 0):,} failed"
             text += f"; sheet holds {held}" if state is not None else f"sheet holds {held}"
         lines.append(text)
+        if failures.get(name):
+            lines.append(f"    {failures_line(failures[name])}")
     stats = outcome.stats
     lines.append(f"  provider calls: {stats.get('provider_calls', 0):,}")
     lines.append(f"  replayed receipts: {stats.get('replayed', 0):,}")

@@ -76,7 +76,7 @@ async def run_map(
     """
     services.receipts.raise_if_ended()  # a dataset of a context kept past its run
     limits = services.limits
-    report = MapReport(services.run_id, name, services.emit, services.trace)
+    report = MapReport(services.run_id, name, services.facts, services.trace)
     planner = RowPlanner(services.store, services.run_id, name, key, services.attempt)
     result = MapResult(
         dataset=name,
@@ -104,7 +104,8 @@ async def run_map(
             ledger.forget_retained()
         services.datasets.add(name)
         opened = await open_source(name, source)
-        report.started(opened.total)
+        computed = [column for column, _ in columns]
+        report.started(opened.total, list(dict.fromkeys([*opened.fields, *computed])))
         try:
             async with open_nursery() as nursery:
                 async with open_terminal_writer(writer):
@@ -128,7 +129,6 @@ async def run_map(
             # writer failed.
             report.progress(ledger.counts())
         services.receipts.raise_if_latched(f"dataset {name!r}")
-        report.finished(ledger.counts())
         status = "completed"
         return result
     finally:
@@ -380,6 +380,11 @@ class _MapRun:
             where = f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}"
             note_counted(exc, "rows", where)
             raise
+        except MapMemoryLimitError as exc:
+            # The computed columns made the row too big: keep its input fields.
+            computed = {name for name, _ in self.columns}
+            inputs = {name: value for name, value in data.items() if name not in computed}
+            return _failed_row(position, key, inputs, exc, attempt), exc
         except Exception as exc:
             if isinstance(exc, PlayAborted):  # a tool's: say whose row it was
                 note_counted(exc, "rows", f"trioplay: {_whose(self.name, key, column, resolver)}")
@@ -406,7 +411,7 @@ def _failed_row(
 ) -> SheetRow:
     """The sheet row of a failed row: its error, and its fields that are JSON."""
     kept: dict[str, Any] = {}
-    for name, value in data.items() if not isinstance(exc, MapMemoryLimitError) else ():
+    for name, value in data.items():
         try:
             dumps(value)
         except (TypeError, ValueError, RecursionError):
