@@ -199,15 +199,11 @@ class PostgresStore:
     ) -> T:
         """Run ``work`` on a pooled connection, and name the store in its errors.
 
-        A failure that did nothing (the connection refused, or lost before
-        anything was committed) is marked ``retryable``, and so is a lost
-        connection of a ``repeatable`` call whatever it committed: done
-        again, it leaves the store as doing it once would have (a heartbeat,
-        the sheet's upsert; a release or a page's finish, whose answer the
-        engine does not act on, may then say it did nothing), or as safe (a
-        page claim that took effect finds its own lease held: the page waits
-        for it to expire, then runs). The runtime retries it within
-        ``Limits.store_retry``.
+        Marked ``retryable`` (see ``_store_retry``): a failure that did nothing
+        (refused, or lost before any commit), and a lost ``repeatable`` call,
+        which done twice leaves the store as once would (a heartbeat, the
+        upsert, a release or page finish whose answer goes unused) or safe (a
+        page claim that took effect finds its own lease held, and waits it out).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         pool = self._pool
