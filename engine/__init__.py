@@ -18,6 +18,7 @@ from ._errors import InvalidWait as InvalidWait
 from ._errors import LeaseLost as LeaseLost
 from ._errors import MapMemoryLimitError as MapMemoryLimitError
 from ._errors import PersistenceLatchTripped as PersistenceLatchTripped
+from ._errors import PlayAborted as PlayAborted
 from ._errors import PlayDefinitionError as PlayDefinitionError
 from ._errors import PlayInputError as PlayInputError
 from ._errors import ProviderTransientError as ProviderTransientError
