@@ -100,13 +100,17 @@ def _instructions(args: argparse.Namespace) -> Any:
 
 def _scaling(args: argparse.Namespace) -> Any:
     rows = args.rows or (QUICK_SCALING_ROWS if args.quick else scaling.DEFAULT_ROWS)
-    return scaling.run(rows, save=args.save)
+    counts = scaling.QUICK_PROCESS_COUNTS if args.quick else scaling.PROCESS_COUNTS
+    return scaling.run(rows, save=args.save, process_counts=counts)
 
 
 def _scaling_latency(args: argparse.Namespace) -> Any:
     rows = args.rows or (QUICK_SCALING_LATENCY_ROWS if args.quick else scaling.LATENCY_ROWS)
     stores = ("postgres", "postgres-page-1s")
-    return scaling.run(rows, save=args.save, latency=scaling.LATENCY, stores=stores)
+    counts = scaling.QUICK_PROCESS_COUNTS if args.quick else scaling.PROCESS_COUNTS
+    return scaling.run(
+        rows, save=args.save, latency=scaling.LATENCY, stores=stores, process_counts=counts
+    )
 
 
 def _latency(args: argparse.Namespace) -> Any:
