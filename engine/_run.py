@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._store import Store
     from ._tools import ToolCall
     from ._trace import Recorder
+    from ._waits import RunWaits
 
 play_log = logging.getLogger("trioplay.play")
 
@@ -57,6 +58,8 @@ class RunServices:
     fetcher: Callable[[], Awaitable[Fetcher]]
     cleanup: CleanupBudget
     """The run's one cleanup budget: the map's writer and page leases clean up within it."""
+    waits: RunWaits
+    """The run's event waits: registration, lingering, the waits it suspended on."""
     on_event: EventSink | None = None
     trace: Recorder | None = None
     """Where the typed events go, or ``None``: test it before building one."""

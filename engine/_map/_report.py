@@ -31,6 +31,7 @@ from .._trace._records import (
     RowCommitted,
     RowResolverStarted,
     RowTerminal,
+    RowWaiting,
     RowWriterAdmitted,
     WriterBatchCommitted,
     WriterBatchFailed,
@@ -54,6 +55,7 @@ class MapCounts(NamedTuple):
     skipped: int
     duplicates: int
     unconfirmed: int
+    waiting: int = 0  # rows suspended on an event wait: not written, not failed
 
 
 class _Batched(Protocol):
@@ -90,7 +92,12 @@ class MapReport:
             self.trace.add(MapStarted, self._run_id, self.name, total)
 
     def _counts(self, counts: MapCounts) -> dict[str, Any]:
-        return {"map": self.name, **counts._asdict(), "total": self._total}
+        # In the order of the MapProgress record: total before waiting (added later).
+        data: dict[str, Any] = {"map": self.name, **counts._asdict()}
+        waiting = data.pop("waiting")
+        data["total"] = self._total
+        data["waiting"] = waiting
+        return data
 
     def progress(self, counts: MapCounts) -> None:
         data = self._counts(counts)
@@ -157,6 +164,11 @@ class MapReport:
     def row_terminal(self, key: str, status: str) -> None:
         if self.trace is not None:
             self.trace.add(RowTerminal, self.name, key, status)
+
+    def row_waiting(self, key: str, wait_key: str, name: str, deadline: float) -> None:
+        """A row suspended on an event wait: it is neither written nor failed."""
+        if self.trace is not None:
+            self.trace.add(RowWaiting, self.name, key, wait_key, name, deadline)
 
     def row_writer_admitted(self, key: str) -> None:
         if self.trace is not None:
