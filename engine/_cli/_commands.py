@@ -20,9 +20,11 @@ import trio
 
 from trioplay.stores.sqlite import path_problem
 
+from .._errors import RunWaiting
 from .._json import canonical_json
 from .._plugins import open_store
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
+from .._store import WaitStore
 from ._common import (
     DEMO_STORE_URL,
     EXIT_EXPORT_FAILED,
@@ -30,6 +32,7 @@ from ._common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    EXIT_WAITING,
     INPUT_ERRORS,
     UsageError,
     _say,
@@ -51,6 +54,7 @@ from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
 from ._recording import open_recording
 from ._signals import cancel_on_signals
 from ._summary import summary_data
+from ._waiting import event_line, utc, wait_line, waiting_lines
 
 if TYPE_CHECKING:
     import argparse
@@ -270,6 +274,9 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     finally:
         reporter.close()
     error = finished.error if finished is not None else None
+    waiting = error if isinstance(error, RunWaiting) else None
+    if waiting is not None:  # not an error: the run waits for events (exit 4)
+        error = None
     usage = isinstance(error, INPUT_ERRORS)
     if error is not None:
         # The summary's error line says what the error line below says, notes
@@ -289,6 +296,8 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         print(format_summary(reporter.outcome, maps, sheets=sheets, outputs=outputs), file=summary)
         for note in notes:
             print(note, file=summary)
+    if waiting is not None and not spec.json:
+        print("\n".join(waiting_lines(waiting, spec.store.url)), file=summary)
     summary.flush()
     if error is not None:
         session.report_error(error, usage=usage)
@@ -298,6 +307,8 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     assert finished is not None  # not cancelled, so the body returned
     if error is not None:
         return EXIT_USAGE if usage else EXIT_FAILED
+    if waiting is not None:
+        return EXIT_WAITING
     if finished.export_error is not None:
         session.report_error(finished.export_error, usage=False)
         _say(
@@ -429,7 +440,10 @@ def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
         table = [("RUN ID", "PLAY", "STATUS", "ATTEMPT", "UPDATED", "ROWS")]
         for run in runs:
             updated = _timestamp(run["updated_at"])
-            row = (run["run_id"], run["play"], run["status"], str(run["attempt"]), updated)
+            status = run["status"]
+            if run.get("next_deadline"):  # a waiting run: until when, at the soonest
+                status += f" (until {utc(run['next_deadline_at'])})"
+            row = (run["run_id"], run["play"], status, str(run["attempt"]), updated)
             table.append((*row, f"{run['rows']:,}"))
         print(_format_table(table, right=(3, 5)))
     return EXIT_OK
@@ -443,6 +457,11 @@ async def _runs_listed(store: Store, limit: int) -> list[dict[str, Any]]:
             rows = 0
             for dataset in await store.list_datasets(record.run_id):
                 rows += sum((await store.count_rows(record.run_id, dataset)).values())
+            deadline = None
+            if record.status == "waiting" and isinstance(store, WaitStore):
+                waits = await store.list_waits(record.run_id)
+                open_ = [wait.deadline for wait in waits if wait.status == "waiting"]
+                deadline = min(open_, default=None)
             listed.append(
                 {
                     "run_id": record.run_id,
@@ -452,9 +471,17 @@ async def _runs_listed(store: Store, limit: int) -> list[dict[str, Any]]:
                     "created_at": _iso(record.created_at),
                     "updated_at": _iso(record.updated_at),
                     "rows": rows,
+                    **_deadline(deadline),
                 }
             )
     return listed
+
+
+def _deadline(deadline: float | None) -> dict[str, Any]:
+    """A waiting run's next deadline, for ``runs list --json`` (and the table's epoch)."""
+    if deadline is None:
+        return {}
+    return {"next_deadline": _iso(deadline), "next_deadline_at": deadline}
 
 
 def _format_table(table: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> str:
@@ -502,6 +529,11 @@ async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
             name: await store.count_rows(run_id, name) for name in await store.list_datasets(run_id)
         }
         receipts = await store.count_receipts(run_id)
+        waits: list[Any] = []
+        unclaimed: list[Any] = []
+        if isinstance(store, WaitStore):
+            waits = await store.list_waits(run_id)
+            unclaimed = await store.list_events(run_id, unclaimed_only=True)
     try:
         stats = json.loads(record.stats_json) if record.stats_json else {}
     except ValueError:
@@ -521,6 +553,32 @@ async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
             for name, counts in datasets.items()
         },
         "receipts": dict(sorted(receipts.items())),
+        "waits": [_wait_data(wait) for wait in waits],
+        "unclaimed_events": [_event_data(event) for event in unclaimed],
+    }
+
+
+def _wait_data(wait: Any) -> dict[str, Any]:
+    return {
+        "name": wait.name,
+        "key": json.loads(wait.key_json),
+        "status": wait.status,
+        "dataset": wait.dataset,
+        "row": wait.row_key,
+        "deadline": _iso(wait.deadline),
+        "settled_at": _iso(wait.settled_at) if wait.settled_at is not None else None,
+        "reason": wait.reason,
+        "wait_key": wait.wait_key,
+    }
+
+
+def _event_data(event: Any) -> dict[str, Any]:
+    return {
+        "name": event.name,
+        "key": json.loads(event.key_json),
+        "event_id": event.event_id,
+        "sent_at": _iso(event.sent_at),
+        "reject": event.reject,
     }
 
 
@@ -544,6 +602,15 @@ def _format_details(details: dict[str, Any]) -> str:
     lines.append("datasets:" if datasets else "datasets: none")
     for name, counts in datasets.items():
         lines.append(f"  {name}: {counts['completed']:,} completed, {counts['failed']:,} failed")
+    waits = details["waits"]
+    if waits:
+        open_ = sum(1 for wait in waits if wait["status"] == "waiting")
+        lines.append(f"waits: {len(waits):,} ({open_:,} open)")
+        lines.extend(wait_line(wait) for wait in waits)
+    unclaimed = details["unclaimed_events"]
+    if unclaimed:
+        lines.append(f"unclaimed events: {len(unclaimed):,}")
+        lines.extend(event_line(event) for event in unclaimed)
     receipts = details["receipts"]
     if receipts:
         shown = ", ".join(f"{count:,} {status}" for status, count in receipts.items())

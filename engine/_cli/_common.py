@@ -14,6 +14,8 @@ EXIT_USAGE = 2
 """The command cannot run as given: arguments, configuration, play file or input."""
 EXIT_EXPORT_FAILED = 3
 """The run completed, but writing ``--out`` failed: its rows are in the store."""
+EXIT_WAITING = 4
+"""The run is waiting for outside events: send them (``trioplay send-event``), then resume."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (SIGINT)."""
 EXIT_TERMINATED = 143

@@ -26,6 +26,7 @@ from ._commands import (
 from ._common import DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
 from ._config import CONFIG_FILE, parse_limit
 from ._scenario import add_scenario_commands
+from ._waits import add_wait_commands
 
 _TOOLS_HELP = """\
 How `trioplay run` finds things in FILE.py:
@@ -246,6 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_settings(config)
     config.set_defaults(command=_cmd_config)
     add_scenario_commands(commands, common)
+    add_wait_commands(
+        commands,
+        common,
+        add_store=_add_store_option,
+        run_id=check_run_id,
+        add_outputs=_add_output_options,
+    )
     return parser
 
 

@@ -42,14 +42,15 @@ class MapProgress:
     skipped: int = 0
     duplicates: int = 0
     unconfirmed: int = 0  # rows of a write whose outcome is unknown
+    waiting: int = 0  # rows suspended on an event wait (issue 22)
     at: float = 0.0
     finished: bool = False
     last_line_at: float | None = None
 
     @property
     def done(self) -> int:
-        """Rows accounted for: committed in this attempt, or skipped."""
-        return self.completed + self.failed + self.skipped
+        """Rows accounted for: committed in this attempt, skipped, or waiting."""
+        return self.completed + self.failed + self.skipped + self.waiting
 
     @property
     def elapsed(self) -> float:
@@ -79,6 +80,7 @@ class MapProgress:
         self.skipped = int(data.get("skipped", self.skipped))
         self.duplicates = int(data.get("duplicates", self.duplicates))
         self.unconfirmed = int(data.get("unconfirmed", self.unconfirmed))
+        self.waiting = int(data.get("waiting", self.waiting))
 
 
 @attrs.define
@@ -277,6 +279,8 @@ def _counts(state: MapProgress) -> str:
     parts = [f"{state.completed:,} ok", f"{state.failed:,} failed"]
     if state.skipped:
         parts.append(f"{state.skipped:,} skipped")
+    if state.waiting:
+        parts.append(f"{state.waiting:,} waiting")
     return ", ".join(parts)
 
 
@@ -366,6 +370,8 @@ def format_summary(
         if state is not None:
             text += f"{state.completed:,} completed, {state.failed:,} failed, "
             text += f"{state.skipped:,} skipped"
+            if state.waiting:
+                text += f", {state.waiting:,} waiting"
             if state.duplicates:
                 keys = "key" if state.duplicates == 1 else "keys"
                 text += f" ({state.duplicates:,} duplicate {keys})"

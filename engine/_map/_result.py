@@ -120,10 +120,10 @@ class MapResult:
         }
 
     def __repr__(self) -> str:
+        waiting = f", waiting={len(self.waiting)}" if self.waiting else ""
         return (
             f"MapResult(dataset={self.dataset!r}, completed={self.completed_count}, "
-            f"failed={self.failed_count}, skipped={self.skipped_count}, "
-            f"waiting={len(self.waiting)})"
+            f"failed={self.failed_count}, skipped={self.skipped_count}{waiting})"
         )
 
     async def rows(
