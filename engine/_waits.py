@@ -295,15 +295,22 @@ class RunWaits:
         return settled_value(record, default, self.run_id)
 
     async def _linger(self, record: WaitRecord, seconds: float) -> WaitRecord:
-        """Wait in-process up to ``seconds`` (not past the deadline) for the wait to settle."""
+        """Wait in-process up to ``seconds`` for the wait to settle.
+
+        A linger that reaches past the deadline lasts until the poll after
+        it, which times the wait out: the row then gets its default (or
+        ``EventWaitTimeout``) in this attempt instead of suspending.
+        """
         left = record.deadline - self._now()
+        if seconds >= left:
+            seconds = max(0.0, left) + 2 * self._limits.event_poll_interval
         lingering = _Lingering(record)
         self._lingering[record.wait_key] = lingering
         if not self._poller:
             self._poller = True
             self._spawn(self._poll)
         try:
-            with trio.move_on_after(max(0.0, min(seconds, left))):
+            with trio.move_on_after(seconds):
                 await lingering.settled.wait()
         finally:
             del self._lingering[record.wait_key]
