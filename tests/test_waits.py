@@ -457,3 +457,53 @@ async def test_a_lingering_row_takes_an_event_that_comes_back_in_seconds(
 
 def test_map_counts_carry_waiting_last() -> None:
     assert MapCounts(1, 2, 3, 4, 5)._asdict()["waiting"] == 0
+
+
+@pytest.mark.deadline(3600)  # virtual seconds: the reruns linger 300 s
+async def test_a_cancelled_run_with_lingering_waits_leaves_nothing_and_keeps_its_waits(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from .test_cancellation import runtime_tasks
+
+    plays = Approvals(6, {0, 1, 2, 3, 4, 5})
+
+    async def lingering(ctx: trioplay.PlayContext, input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            await rc.tool("enrich", {"id": row["id"]})
+            return await rc.wait_for_event("approval", key=row["id"], timeout=3600, linger=300)
+
+        result = await ctx.dataset("leads", plays.rows).with_column("v", resolver).run(key="id")
+        return result.completed_count
+
+    store = MemoryStore()
+    limits = trioplay.Limits(max_concurrent_rows=2)
+    async with _runtime(store, tools=plays.tools, limits=limits) as rt:
+        before = runtime_tasks()
+        with trio.move_on_after(30) as scope:  # as Ctrl-C does (docs/durability.md)
+            await rt.run(lingering, run_id="r")
+        assert scope.cancelled_caught
+        assert runtime_tasks() == before  # no task left
+        assert rt.row_limiter.total_tokens == 2  # every lent slot taken back
+        assert "running" not in await store.count_receipts("r")
+        waits = await store.list_waits("r")
+        assert sorted(w.row_key for w in waits) == [f"r{i}" for i in range(6)]
+        assert {w.status for w in waits} == {"waiting"}
+        assert (await store.get_run("r")).status == "cancelled"  # type: ignore[union-attr]
+        # A rerun finds the same waits (and no new ones); events sent then complete rows.
+        with pytest.raises(trioplay.RunWaiting) as caught:
+            await rt.run(lingering, run_id="r")
+        assert len(caught.value.waits) == 6
+        assert {w.wait_key for w in await store.list_waits("r")} == {w.wait_key for w in waits}
+        for i in range(3):
+            await rt.send_event("r", "approval", f"r{i}", data=i)
+        with pytest.raises(trioplay.RunWaiting) as caught:
+            await rt.run(lingering, run_id="r")
+        assert sorted(w.row_key for w in caught.value.waits) == ["r3", "r4", "r5"]
+        # Cancelling the run makes them final: a rerun fails those rows.
+        assert await store.cancel_run("r", now=wall()) == 3
+        with pytest.raises(trioplay.EventRefused):
+            await rt.send_event("r", "approval", "r3", data=3)
+        assert await rt.run(lingering, run_id="r") == 0
+    failed = await store.read_rows("r", "leads", status="failed")
+    assert [row.key for row in failed] == ["r3", "r4", "r5"]
+    assert all("EventRefused" in (row.error or "") for row in failed)
