@@ -507,3 +507,31 @@ async def test_a_cancelled_run_with_lingering_waits_leaves_nothing_and_keeps_its
     failed = await store.read_rows("r", "leads", status="failed")
     assert [row.key for row in failed] == ["r3", "r4", "r5"]
     assert all("EventRefused" in (row.error or "") for row in failed)
+
+
+async def test_the_timeline_and_the_chrome_trace_show_waiting_rows_as_their_own_state(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    import io
+    import json
+
+    from trioplay._trace import ChromeTraceSink
+    from trioplay._trace._timeline import render_timeline
+
+    text = io.StringIO()
+    recorder = Recorder(kept := ListSink(), ChromeTraceSink(text))
+    plays = Approvals(4, {1, 2})
+    async with _runtime(MemoryStore(), tools=plays.tools, recorder=recorder) as rt:
+        with pytest.raises(trioplay.RunWaiting):
+            await rt.run(plays.play, run_id="r")
+    recorder.close()
+    slices = [e for e in json.loads(text.getvalue())["traceEvents"] if e.get("name") == "waiting"]
+    assert len(slices) == 2
+    assert ">waiting<" in render_timeline(kept.events)  # in the legend
+    # A run where no row waited draws no such state.
+    recorder = Recorder(other := ListSink())
+    plays = Approvals(3, set())
+    async with _runtime(MemoryStore(), tools=plays.tools, recorder=recorder) as rt:
+        await rt.run(plays.play, run_id="r")
+    recorder.close()
+    assert ">waiting<" not in render_timeline(other.events)

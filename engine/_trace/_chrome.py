@@ -212,6 +212,8 @@ class ChromeTraceSink:
             self._row_phase((e.map, e.row), at, "writer admission")
         elif isinstance(e, r.RowWriterAdmitted):
             self._row_phase((e.map, e.row), at, "writer commit")
+        elif isinstance(e, r.RowWaiting):  # suspended on an event: its own state, to the end
+            self._row_phase((e.map, e.row), at, "waiting")
         elif isinstance(e, r.RowCommitted):
             self._row_phase((e.map, e.row), at, None)
             self._end(self._rows, ("row", (e.map, e.row)), at, {"status": e.status})

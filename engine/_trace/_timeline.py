@@ -36,8 +36,8 @@ from ._cause import stall_blame
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-PHASES = ("resolver", "governor", "fetch", "writer admission", "writer commit")
-_PHASE_COLOURS = ("#4e79a7", "#e15759", "#f28e2b", "#76b7b2", "#59a14f")
+PHASES = ("resolver", "governor", "fetch", "writer admission", "writer commit", "waiting")
+_PHASE_COLOURS = ("#4e79a7", "#e15759", "#f28e2b", "#76b7b2", "#59a14f", "#bab0ac")
 _PROVIDER_COLOURS = (
     "#6a3d9a",
     "#1b9e77",
@@ -113,6 +113,7 @@ class _Run:
         self.stalls: list[tuple[float, tuple[str, int], str]] = []
         self.lags: list[tuple[float, str]] = []
         self.title = "trioplay timeline"
+        self.waited = False  # did a row wait for an outside event (a phase of its own)
         rows: dict[tuple[str, str], tuple[str, float]] = {}  # (map, row) -> (phase, since)
         live: dict[str, tuple[str, str]] = {}  # row key -> its (map, row) now in flight
         call_row: dict[str, str] = {}
@@ -141,6 +142,10 @@ class _Run:
                 enter((e.map, e.row), "writer admission", at)
             elif isinstance(e, r.RowWriterAdmitted):
                 enter((e.map, e.row), "writer commit", at)
+            elif isinstance(e, r.RowWaiting):  # suspended on an event: its own state
+                enter((e.map, e.row), "waiting", at)
+                live.pop(e.row, None)
+                self.waited = True
             elif isinstance(e, r.RowCommitted):
                 enter((e.map, e.row), None, at)
                 live.pop(e.row, None)
@@ -501,12 +506,14 @@ def render_timeline(events: Iterable[r.Event]) -> str:
     canvas.time_axis(bottom)
     if lanes:
         canvas.stall_lanes(80, lanes, tops[0], bottom)
-    legend = [(p, c) for p, c in zip(PHASES, _PHASE_COLOURS, strict=True)]
+    legend = [
+        (p, c) for p, c in zip(PHASES, _PHASE_COLOURS, strict=True) if p != "waiting" or run.waited
+    ]
     legend.append(("commits", _COMMITS))
     legend += [(f"provider {n}", c) for n, c in zip(names, colours, strict=True)]
     canvas.legend(
         total_height - 34,
-        legend[:6],
+        legend[: len(PHASES) + run.waited],
         [("stall line", _STALL)] + ([("loop lag", _LAG)] if run.lags else []),
     )
     if legend[6:]:
