@@ -50,12 +50,14 @@ class Approvals:
     it), and the play then runs a step after the map (counted).
     """
 
-    def __init__(self, rows: int, waiting: set[int], **run_options: Any) -> None:
+    def __init__(
+        self, rows: int, waiting: set[int], page_size: int = 4, **run_options: Any
+    ) -> None:
         self.rows = [{"id": f"r{i}"} for i in range(rows)]
         self.waiting = {f"r{i}" for i in waiting}
         self.calls: Counter[str] = Counter()
         self.after = 0
-        self.run_options = run_options
+        self.run_options = {"page_size": page_size, **run_options}
         self.result: trioplay.MapResult | None = None
         self.tools = trioplay.ToolRegistry()
         self.tools.add("enrich", self._enrich)
@@ -77,7 +79,7 @@ class Approvals:
             ctx.dataset("leads", self.rows)
             .with_column("before", before)
             .with_column("approval", approval)
-            .run(key="id", page_size=4, **self.run_options)
+            .run(key="id", **self.run_options)
         )
 
         def after() -> int:
@@ -95,34 +97,55 @@ async def _rows(store: MemoryStore, run_id: str) -> dict[str, dict[str, Any]]:
     }
 
 
+class CountingStore(MemoryStore):
+    """A memory store that counts its wait registrations and polls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registers = 0
+        self.registered = 0
+        self.polls: list[int] = []
+
+    async def register_waits(self, requests: Any, *, now: float) -> Any:
+        self.registers += 1
+        self.registered += len(requests)
+        return await super().register_waits(requests, now=now)
+
+    async def poll_waits(self, wait_keys: Any, *, now: float) -> Any:
+        self.polls.append(len(wait_keys))
+        return await super().poll_waits(wait_keys, now=now)
+
+
 # -- a map with waiting rows ---------------------------------------------------------
 async def test_waiting_rows_stop_the_run_then_resume_with_their_events(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    store = MemoryStore()
-    plays = Approvals(10, {2, 5, 7})
+    store = CountingStore()
+    plays = Approvals(1000, {2, 500, 997}, page_size=100)  # acceptance 1: 1,000 rows, 3 wait
     recorder = Recorder(sink := ListSink())
     async with _runtime(store, tools=plays.tools, recorder=recorder) as rt:
         with pytest.raises(trioplay.RunWaiting) as caught:
             await rt.run(plays.play, run_id="r")
         waiting = caught.value
         assert waiting.run_id == "r"
-        assert sorted(w.row_key for w in waiting.waits) == ["r2", "r5", "r7"]
+        assert sorted(w.row_key for w in waiting.waits) == ["r2", "r500", "r997"]
         assert waiting.next_deadline == min(w.deadline for w in waiting.waits)
         assert all(w.status == "waiting" for w in waiting.waits)
         assert plays.after == 0  # nothing after the map ran on a partial result
         assert (await store.get_run("r")).status == "waiting"  # type: ignore[union-attr]
         rows = await _rows(store, "r")
-        assert len(rows) == 7
-        assert not {"r2", "r5", "r7"} & set(rows)
+        assert len(rows) == 997
+        assert not {"r2", "r500", "r997"} & set(rows)
         assert plays.result is None  # the map stopped the play instead of returning
         recorder.flush()
         records = [event for event in sink.events if event.TYPE == "row.waiting"]
-        assert sorted(event.row for event in records) == ["r2", "r5", "r7"]  # type: ignore[attr-defined]
+        assert sorted(event.row for event in records) == ["r2", "r500", "r997"]  # type: ignore[attr-defined]
         finished = [e for e in sink.events if e.TYPE == "map.finished"]
-        assert [(e.status, e.completed, e.waiting) for e in finished] == [("waiting", 7, 3)]  # type: ignore[attr-defined]
+        assert [(e.status, e.completed, e.waiting) for e in finished] == [("waiting", 997, 3)]  # type: ignore[attr-defined]
+        assert not [e for e in sink.events if e.TYPE == "map.stall"]
+        assert store.registers <= 3  # the three waits went to the store in one call or a few
 
-        for i in (2, 5, 7):
+        for i in (2, 500, 997):
             sent = await rt.send_event("r", "approval", f"r{i}", data={"ok": i})
             assert (sent.outcome, sent.dataset, sent.row_key) == ("delivered", "leads", f"r{i}")
         calls_before = sum(plays.calls.values())
@@ -131,10 +154,10 @@ async def test_waiting_rows_stop_the_run_then_resume_with_their_events(
         assert rt.last_stats is not None
         assert rt.last_stats.provider_calls == 0
         rows = await _rows(store, "r")
-        assert [rows[f"r{i}"]["data"]["approval"] for i in (2, 5, 7)] == [
+        assert [rows[f"r{i}"]["data"]["approval"] for i in (2, 500, 997)] == [
             {"ok": 2},
-            {"ok": 5},
-            {"ok": 7},
+            {"ok": 500},
+            {"ok": 997},
         ]
         assert plays.after == 1
         assert (await store.get_run("r")).status == "completed"  # type: ignore[union-attr]
@@ -418,13 +441,6 @@ async def _waits_once(ctx: trioplay.PlayContext, _input: Any) -> Any:
 async def test_a_lingering_row_takes_an_event_that_comes_back_in_seconds(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    polls: list[int] = []
-
-    class CountingStore(MemoryStore):
-        async def poll_waits(self, wait_keys: Any, *, now: float) -> Any:
-            polls.append(len(wait_keys))
-            return await super().poll_waits(wait_keys, now=now)
-
     async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
         return await rc.wait_for_event("cb", key=row["k"], timeout=600, linger=30)
 
@@ -435,6 +451,7 @@ async def test_a_lingering_row_takes_an_event_that_comes_back_in_seconds(
         ).completed_count
 
     store = CountingStore()
+    polls = store.polls
     limits = trioplay.Limits(max_concurrent_rows=4, event_poll_interval=1.0)
     async with _runtime(store, limits=limits) as rt:
         async with trio.open_nursery() as nursery:
@@ -453,6 +470,19 @@ async def test_a_lingering_row_takes_an_event_that_comes_back_in_seconds(
     assert polls
     assert max(polls) == 20
     assert len(polls) <= 10  # one call per interval, not one per row
+
+
+async def test_a_thousand_suspending_rows_register_in_a_few_store_calls(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = CountingStore()
+    plays = Approvals(1000, set(range(1000)), page_size=250)
+    async with _runtime(store, tools=plays.tools) as rt:
+        with pytest.raises(trioplay.RunWaiting) as caught:
+            await rt.run(plays.play, run_id="r")
+    assert len(caught.value.waits) == store.registered == 1000
+    # Group commit: the waits made while a registration is out go together.
+    assert store.registers <= 1000 // 50, store.registers
 
 
 def test_map_counts_carry_waiting_last() -> None:
