@@ -160,3 +160,53 @@ def test_resume_and_cancel_name_an_unknown_run(
     code, out, err = run_cli(capsys, "resume", "r", str(play), "--store", store)
     assert code == 0, err
     assert "run r: completed (play simple, attempt 2)" in out
+
+
+def test_runs_list_and_show_tell_the_waits_and_the_unclaimed_events() -> None:
+    import trio
+
+    import trioplay
+    from trioplay._cli._commands import _format_details, _run_details, _runs_listed
+    from trioplay.stores.memory import MemoryStore
+
+    class Kept(MemoryStore):
+        async def aclose(self) -> None:  # the commands close the store they read
+            pass
+
+    async def waits(ctx: trioplay.PlayContext, _input: object) -> object:
+        first = await ctx.wait_for_event("approval", key={"doc": 1}, timeout=600)
+        return [first, await ctx.wait_for_event("approval", key={"doc": 2}, timeout=600)]
+
+    async def main() -> tuple[list[dict[str, object]], dict[str, object]]:
+        store = Kept()
+        async with trioplay.open_runtime(store=store, wall_clock=lambda: 1e9) as rt:
+            try:
+                await rt.run(waits, run_id="w")
+            except trioplay.RunWaiting:
+                pass
+            await rt.send_event("w", "approval", {"doc": 9}, data="early", event_id="e9")
+        return await _runs_listed(store, 10), await _run_details(store, "w")
+
+    listed, details = trio.run(main)
+    [run] = listed
+    assert (run["status"], run["next_deadline_at"]) == ("waiting", 1e9 + 600)
+    assert details["waits"] == [
+        {
+            "name": "approval",
+            "key": {"doc": 1},
+            "status": "waiting",
+            "dataset": None,
+            "row": None,
+            "deadline": "2001-09-09T01:56:40+00:00",
+            "settled_at": None,
+            "reason": None,
+            "wait_key": details["waits"][0]["wait_key"],  # type: ignore[index]
+        }
+    ]
+    [event] = details["unclaimed_events"]  # type: ignore[misc]
+    assert (event["key"], event["event_id"]) == ({"doc": 9}, "e9")
+    text = _format_details(details)
+    assert "waits: 1 (1 open)" in text
+    assert '  approval {"doc":1}: waiting (the play), deadline 2001-09-09 01:56:40 UTC' in text
+    assert "unclaimed events: 1" in text
+    assert '  approval {"doc":9}: data, sent 2001-09-09 01:46:40 UTC (id e9)' in text
