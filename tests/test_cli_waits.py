@@ -210,3 +210,15 @@ def test_runs_list_and_show_tell_the_waits_and_the_unclaimed_events() -> None:
     assert '  approval {"doc":1}: waiting (the play), deadline 2001-09-09 01:56:40 UTC' in text
     assert "unclaimed events: 1" in text
     assert '  approval {"doc":9}: data, sent 2001-09-09 01:46:40 UTC (id e9)' in text
+
+
+def test_a_play_whose_wait_has_no_bound_exits_2_naming_the_argument(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    play = tmp_path / "unbounded.py"
+    play.write_text(
+        "async def play(ctx, input):\n    return await ctx.wait_for_event('approval')\n"
+    )
+    code, _, err = run_cli(capsys, "run", str(play), "--store", "memory://")
+    assert code == 2
+    assert "error: timeout is required: every wait is bounded" in err

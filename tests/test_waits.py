@@ -433,6 +433,26 @@ async def test_a_bad_event_is_refused_naming_the_field_and_writes_nothing(
         trioplay.send_event("sqlite:///nonexistent/dir/x.db", "r", **options)
 
 
+async def test_a_forged_token_and_an_event_for_a_completed_run_are_refused_writing_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = MemoryStore()
+    async with _runtime(store) as rt:
+        with pytest.raises(trioplay.RunWaiting):
+            await rt.run(_waits_once, run_id="r")
+        before = (await store.list_waits("r"), await store.list_events("r"))
+        with pytest.raises(trioplay.InvalidWait) as caught:
+            await rt.send_event("r", token="not-a-token", data=1)
+        assert caught.value.field == "token"
+        assert (await store.list_waits("r"), await store.list_events("r")) == before
+        await rt.send_event("r", "e", 1, data="done")
+        assert await rt.run(_waits_once, run_id="r") == "done"
+        before = (await store.list_waits("r"), await store.list_events("r"))
+        with pytest.raises(trioplay.EventRefused, match="completed"):
+            await rt.send_event("r", "e", 1, data="late")
+        assert (await store.list_waits("r"), await store.list_events("r")) == before
+
+
 async def _waits_once(ctx: trioplay.PlayContext, _input: Any) -> Any:
     return await ctx.wait_for_event("e", key=1, timeout=60)
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import sys
 
-from .._errors import PlayDefinitionError, PlayInputError, RunIdConflict, format_error
+from .._errors import (
+    InvalidWait,
+    PlayDefinitionError,
+    PlayInputError,
+    RunIdConflict,
+    format_error,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -31,7 +37,7 @@ class UsageError(Exception):
     """The command cannot start as given: exit code 2, one line of explanation."""
 
 
-INPUT_ERRORS = (PlayInputError, PlayDefinitionError, RunIdConflict)
+INPUT_ERRORS = (PlayInputError, PlayDefinitionError, RunIdConflict, InvalidWait)
 """The library's errors that mean the command was given the wrong play or input: exit code 2."""
 
 
