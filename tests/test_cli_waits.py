@@ -8,6 +8,7 @@ here that wait use ``memory://`` (one command, one store).
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
 from pathlib import Path
 
@@ -67,6 +68,18 @@ def test_a_waiting_run_exits_4_naming_its_waits_and_the_commands(
         assert shlex.split(command)[4] == f'"{key}"'  # a shell gives the key as JSON
     assert "then resume it: trioplay resume appr --store memory://" in out
     assert "error:" not in err
+    code, out, err = run_cli(
+        capsys, "run", str(play), "--store", "memory://", "--run-id", "appr", "--json"
+    )
+    assert code == 4, err
+    summary = json.loads(out)
+    assert summary["status"] == "waiting"
+    assert summary["datasets"][0]["waiting"] == 2
+    assert sorted((w["key"], w["row"]) for w in summary["waiting"]["waits"]) == [
+        ("1", "1"),
+        ("4", "4"),
+    ]
+    assert summary["waiting"]["waits"][0]["command"].startswith("trioplay send-event appr ")
 
 
 def test_waiting_lines_list_ten_waits_then_a_count() -> None:

@@ -54,7 +54,7 @@ from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
 from ._recording import open_recording
 from ._signals import cancel_on_signals
 from ._summary import summary_data
-from ._waiting import event_line, utc, wait_line, waiting_lines
+from ._waiting import event_line, utc, wait_line, waiting_lines, waits_data
 
 if TYPE_CHECKING:
     import argparse
@@ -291,6 +291,8 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     notes = finished.notes if finished is not None else ()
     if spec.json:
         data = summary_data(reporter.outcome, maps, sheets=sheets, outputs=outputs, notes=notes)
+        if waiting is not None:
+            data["waiting"] = waits_data(waiting, spec.store.url)
         print(json.dumps(data, ensure_ascii=False), file=summary)
     else:
         print(format_summary(reporter.outcome, maps, sheets=sheets, outputs=outputs), file=summary)

@@ -3,6 +3,7 @@ wait or an event as one line, and the exact ``send-event`` command of a wait."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,29 @@ def waiting_lines(waiting: RunWaiting, store_url: str | None) -> list[str]:
     resume = f"trioplay resume {shlex.quote(waiting.run_id)}{_store_flag(store_url)}"
     lines.append(f"then resume it: {resume}")
     return lines
+
+
+def waits_data(waiting: RunWaiting, store_url: str | None) -> dict[str, Any]:
+    """A waiting run for ``--json``: the next deadline, and each open wait with its command."""
+    return {
+        "next_deadline": (
+            datetime.fromtimestamp(waiting.next_deadline, UTC).isoformat()
+            if waiting.next_deadline is not None
+            else None
+        ),
+        "waits": [
+            {
+                "name": wait.name,
+                "key": json.loads(wait.key_json),
+                "dataset": wait.dataset,
+                "row": wait.row_key,
+                "deadline": datetime.fromtimestamp(wait.deadline, UTC).isoformat(),
+                "command": send_command(wait, store_url),
+            }
+            for wait in waiting.waits
+            if wait.status == "waiting"
+        ],
+    }
 
 
 def sent_line(result: SendResult, run_id: str, what: str) -> str:
