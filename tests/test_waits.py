@@ -585,3 +585,25 @@ async def test_the_timeline_and_the_chrome_trace_show_waiting_rows_as_their_own_
         await rt.run(plays.play, run_id="r")
     recorder.close()
     assert ">waiting<" not in render_timeline(other.events)
+
+
+async def test_two_maps_of_one_play_side_by_side_stop_it_waiting(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def waits(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+        return await rc.wait_for_event("e", key=row["k"], timeout=60)
+
+    async def slow(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+        await trio.sleep(30)
+        return 1
+
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async with trio.open_nursery() as nursery:  # the play's own nursery
+            nursery.start_soon(ctx.dataset("a", [{"k": 1}]).with_column("v", waits).run)
+            nursery.start_soon(ctx.dataset("b", [{"k": 2}]).with_column("v", slow).run)
+        return "never"
+
+    async with _runtime(MemoryStore()) as rt:
+        with pytest.raises(trioplay.RunWaiting) as caught:
+            await rt.run(play, run_id="r")
+    assert [w.dataset for w in caught.value.waits] == ["a"]
