@@ -9,17 +9,26 @@ STAMP := $(VENV)/.installed-dev
 # installation."); every other warning and every error still shows.
 PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation." $(BIN)/python -m pip install --quiet
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# The strict editable install links each module one by one, so a module added
+# or removed since the last install (a pull, a branch switch) needs a new one:
+# the list of package files is kept in $(FILES), rewritten only when it changes.
+FILES := $(VENV)/.package-files
+
+$(FILES): FORCE | $(BIN)/python
+	@find engine stores adapters -type f -not -path '*/__pycache__/*' | LC_ALL=C sort > $@.new
+	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
+
+$(VENV)/.installed: pyproject.toml $(FILES) | $(BIN)/python
 	$(PIP_INSTALL) -e . --config-settings editable_mode=strict
 	touch $@
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml $(FILES) | $(BIN)/python
 	$(PIP_INSTALL) -e '.[dev]' --config-settings editable_mode=strict
 	touch $(VENV)/.installed $@
 

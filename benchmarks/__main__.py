@@ -31,6 +31,7 @@ from . import (
     peers,
     plot,
     scaling,
+    scenarios,
     sigint_trials,
     store_calls,
     throughput,
@@ -129,6 +130,11 @@ def _store_calls(args: argparse.Namespace) -> Any:
     return store_calls.run(keys=args.rows or store_calls.DEFAULT_KEYS, calls=calls, save=args.save)
 
 
+def _scenarios(args: argparse.Namespace) -> Any:
+    rounds = args.rounds or (1 if args.quick else scenarios.DEFAULT_ROUNDS)
+    return scenarios.run(rounds=rounds, save=args.save)
+
+
 def _plot(args: argparse.Namespace) -> Any:
     return plot.run()
 
@@ -165,6 +171,7 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
         _store_calls,
         "CPU and wall time of one store call by operation (sqlite, postgres)",
     ),
+    "scenarios": (_scenarios, "wall time of each built-in scenario from the command line (< 2 s)"),
     "plot": (_plot, "docs/img/latency-scaling.svg from the newest latency and scaling-latency"),
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),

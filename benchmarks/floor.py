@@ -46,9 +46,9 @@ import trioplay
 from trioplay._json import canonical_json, dumps
 from trioplay._keys import tool_receipt_key
 from trioplay._runtime import play_name
-from trioplay.stores import sqlite as store
-from trioplay.stores._sqlite_sql import _COMPLETE, _MIGRATIONS
-from trioplay.stores._sqlite_worker import _connect
+from trioplay.stores import _sqlite_jobs as store
+from trioplay.stores._sqlite_bridge import connect
+from trioplay.stores._sqlite_sql import COMPLETE, MIGRATIONS
 
 from .workload import COLUMNS, enrich_play, expected_row, registry, source_rows
 
@@ -74,7 +74,7 @@ class _Writer:
             self.conn = sqlite3.connect(path, isolation_level=None)
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
-            for statement in _MIGRATIONS[0]:
+            for statement in MIGRATIONS[0]:
                 self.conn.execute(statement)
         self.claims: list[tuple[str, trio.lowlevel.Task]] = []
         self.completions: list[tuple[str, str]] = []
@@ -250,10 +250,10 @@ async def floor_store(n: int, path: Path) -> dict[str, Any]:
     fns = {spec.tool_id: spec.fn for spec in registry()}
     call = trioplay.ToolCall("floor", "", 1, _TIMEOUT)
     scope = play_name(enrich_play)
-    conn = _connect(str(path))
+    conn = connect(str(path))
     calls = 0
     try:
-        store._migrate(conn, url=f"sqlite:///{path}")
+        store.migrate(conn, url=f"sqlite:///{path}")
         rows = enumerate(source_rows(n))
         while chunk := list(itertools.islice(rows, CHUNK)):
             enriched = [(position, dict(data)) for position, data in chunk]
@@ -271,14 +271,14 @@ async def floor_store(n: int, path: Path) -> dict[str, Any]:
                         for i in inputs
                     ]
                     now = time.time()
-                    outcomes, _ = store._claim_many(requests, "floor", 60.0, now, True, conn)
+                    outcomes, _ = store.claim_many(requests, "floor", 60.0, now, True, conn)
                     claimed = [c for c in outcomes if isinstance(c, trioplay.Claimed)]
                     if len(claimed) != len(requests):
                         raise AssertionError(f"floor-store: a fresh key not claimed: {outcomes}")
                     results = [_run_tool(fns[tool_id], i, call) for i in inputs]
                     now = time.time()
                     done = store._fenced(
-                        _COMPLETE,
+                        COMPLETE,
                         [
                             (dumps(result), now, now, c.key, c.lease_id)
                             for result, c in zip(results, claimed, strict=True)
@@ -294,7 +294,7 @@ async def floor_store(n: int, path: Path) -> dict[str, Any]:
                 trioplay.SheetRow(row["domain"], position, "completed", dumps(row), None, 1)
                 for position, row in enriched
             ]
-            store._write_rows("floor", "leads", sheet, conn)
+            store.write_terminal_rows("floor", "leads", sheet, conn)
             for position, row in enriched[:1]:
                 if row != expected_row(position):
                     raise AssertionError(f"floor-store: row {position} is {row}")

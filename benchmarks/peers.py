@@ -33,7 +33,7 @@ psycopg's synchronous API on threads (``stores/_pg_bridge.py``,
 docs/architecture.md (i)) instead of psycopg's asyncio API under
 trio-asyncio, which DESIGN §5 suggested. Measured here, in one process,
 alternating: ``SELECT 1`` round trips, one after another (µs each), through
-``_Pool.run`` (the store's own bridge, one worker) and through
+``Pool.run`` (the store's own bridge, one worker) and through
 ``trio_asyncio.aio_as_trio`` around ``AsyncConnection.execute`` inside
 ``trio_asyncio.open_loop()`` (and, as the floor of both, a blocking psycopg
 connection with no bridge at all); and a cancelled query: ``SELECT
@@ -265,17 +265,17 @@ async def _bridge_round(name: str, round_trips: int, cancels: int) -> dict[str, 
 
 
 class _thread_bridge:
-    """``run_query(sql)`` through the store's own bridge: a ``_Pool`` of one worker."""
+    """``run_query(sql)`` through the store's own bridge: a ``Pool`` of one worker."""
 
     def __init__(self, app: str) -> None:
         import psycopg
 
-        from trioplay.stores._pg_bridge import _Pool, _Worker
+        from trioplay.stores._pg_bridge import Pool, Worker
 
         def connect() -> Any:
             return psycopg.Connection.connect(POSTGRES, autocommit=True, application_name=app)
 
-        self._pool = _Pool(1, lambda: _Worker(connect, app), cancel_timeout=0.25)
+        self._pool = Pool(1, lambda: Worker(connect, app), cancel_timeout=0.25)
 
     async def __aenter__(self) -> Any:
         pool = self._pool

@@ -95,7 +95,8 @@ class Trial:
         return self.exit_after is not None and self.state.run_status == "cancelled"
 
     @property
-    def clean(self) -> bool:
+    def sound(self) -> bool:
+        """The store is consistent and the process said nothing amiss (however long it took)."""
         state = self.state
         return (
             state.error is None
@@ -103,8 +104,11 @@ class Trial:
             and state.receipts_running == 0
             and state.dropped == 0
             and (self.stderr_problem is None or self.at_startup)
-            and (self.exit_after is None or self.exit_after <= EXIT_BOUND)
         )
+
+    @property
+    def clean(self) -> bool:
+        return self.sound and (self.exit_after is None or self.exit_after <= EXIT_BOUND)
 
 
 @attrs.frozen
@@ -121,6 +125,10 @@ class Report:
     @property
     def clean(self) -> bool:
         return all(trial.clean for trial in self.trials)
+
+    @property
+    def sound(self) -> bool:
+        return all(trial.sound for trial in self.trials)
 
     def lines(self) -> list[str]:
         trials, hit = self.trials, self.interrupted
@@ -261,10 +269,32 @@ def calibrate(root: Path, rows: int, mode: str) -> float:
     return elapsed
 
 
-def trial(folder: Path, rows: int, delay: float, signum: signal.Signals, mode: str) -> Trial:
+def _wait_for_paid(log: Path, calls: int, proc: subprocess.Popen[str]) -> None:
+    """Wait until ``log`` holds ``calls`` paid calls (or the process ended)."""
+    deadline = time.monotonic() + HANG_LIMIT
+    while proc.poll() is None and time.monotonic() < deadline:
+        if log.exists() and log.read_bytes().count(b"\n") >= calls:
+            return
+        time.sleep(0.005)
+
+
+def trial(
+    folder: Path,
+    rows: int,
+    delay: float,
+    signum: signal.Signals,
+    mode: str,
+    *,
+    after_paid: int = 0,
+) -> Trial:
+    """One run, signalled ``delay`` seconds after its start (after its first
+    ``after_paid`` paid calls, when given: then the run has surely begun)."""
     started = time.monotonic()
     proc = _start(folder, rows, mode)
     try:
+        if after_paid:
+            _wait_for_paid(folder / "paid.jsonl", after_paid, proc)
+            started = time.monotonic()
         time.sleep(max(0.0, started + delay - time.monotonic()))
         exit_after: float | None = None
         if proc.poll() is None:

@@ -127,7 +127,7 @@ def summarise(path: str, *, top: int = 25, under: str | None = None) -> str:
     main_total = 0
     for thread, frames, count in _stacks(path):
         if "trioplay-sqlite" in thread:
-            busy = any(name == "_Worker._execute" for name, _ in frames)
+            busy = any(name == "Worker._execute" for name, _ in frames)
             worker["running a job" if busy else "waiting for a job"] += count
             continue
         if not _is_main(thread, frames):

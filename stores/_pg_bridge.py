@@ -24,7 +24,7 @@ waiting for a worker, connecting and running the job all count). A silent
 database (a network that drops everything, a proxy that forwards nothing)
 acknowledges nothing that libpq could notice in time, so this deadline is
 kept here, on the Trio side: when it passes, the call fails at once with
-:class:`_NoAnswer`, and its worker is abandoned and replaced. An abandoned
+:class:`NoAnswer`, and its worker is abandoned and replaced. An abandoned
 worker asks the server to cancel its job (bounded by ``cancel_timeout``, in a
 thread of its own) and then shuts its connection's socket down, which wakes
 its thread with an error: the connection is discarded, never reused.
@@ -45,7 +45,7 @@ Cancellation:
   within the bound (a dead network) is abandoned as above.
 
 A connection that breaks (the server restarted, a backend was terminated, the
-network dropped) fails the call that was using it with ``_ConnectionLost``;
+network dropped) fails the call that was using it with ``ConnectionLost``;
 the worker opens a new connection for its next job. An idle connection is
 checked before each job (a readable socket on an idle connection means the
 server has hung up), so a restart costs no failed call when the pool was idle.
@@ -60,7 +60,6 @@ two may or may not have committed (``commit == "sent"``), and says so.
 
 from __future__ import annotations
 
-import enum
 import os
 import queue
 import select
@@ -75,12 +74,14 @@ import outcome
 import psycopg
 import trio
 
+from ._bridge import JobState, advance, drop, hand_back, one_line
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from psycopg.rows import TupleRow
 
-    _Conn = psycopg.Connection[TupleRow]
+    Conn = psycopg.Connection[TupleRow]
 
 T = TypeVar("T")
 
@@ -89,20 +90,20 @@ T = TypeVar("T")
 Commit = Literal["sent", "done"] | None
 
 
-class _ConnectionLost(Exception):
+class ConnectionLost(Exception):
     """The connection broke during a job (wraps psycopg's error)."""
 
     def __init__(self, cause: psycopg.Error, commit: Commit = None) -> None:
-        super().__init__(_one_line(cause))
+        super().__init__(one_line(cause))
         self.cause = cause
         self.commit = commit
 
 
-class _Unreachable(_ConnectionLost):
+class Unreachable(ConnectionLost):
     """No connection could be opened for a job."""
 
 
-class _NoAnswer(Exception):
+class NoAnswer(Exception):
     """The call's deadline passed; ``stage`` says where it was, ``commit`` how far it got."""
 
     def __init__(self, stage: Literal["queued", "connecting", "running"], commit: Commit) -> None:
@@ -111,24 +112,16 @@ class _NoAnswer(Exception):
         self.commit = commit
 
 
-class _Closed(Exception):
+class Closed(Exception):
     """The pool was closed before a worker was free for the call."""
 
 
-class _State(enum.Enum):
-    QUEUED = enum.auto()
-    CONNECTING = enum.auto()
-    RUNNING = enum.auto()
-    DONE = enum.auto()
-    DROPPED = enum.auto()
-
-
 @attrs.define(eq=False)
-class _Job:
-    work: Callable[[_Conn], Any]
+class Job:
+    work: Callable[[Conn], Any]
     token: trio.lowlevel.TrioToken
     done: trio.Event = attrs.Factory(trio.Event)
-    state: _State = _State.QUEUED
+    state: JobState = JobState.QUEUED
     cancel_requested: bool = False
     commit: Commit = None
     # Set when its caller gave up on it: from then on it may not commit.
@@ -147,35 +140,35 @@ class _Job:
 _running = threading.local()
 
 
-class _Abandoned(Exception):
+class Abandoned(Exception):
     """A job was about to commit after its caller had given up on it."""
 
 
 def commit_point() -> None:
     """Mark, from a job, that it is about to send what commits (see the module docstring).
 
-    Raises :class:`_Abandoned` instead once the job's caller has given up: a
+    Raises :class:`Abandoned` instead once the job's caller has given up: a
     job abandoned before its commit never commits, so its caller can say so.
     """
-    job: _Job | None = getattr(_running, "job", None)
+    job: Job | None = getattr(_running, "job", None)
     if job is None:
         return
     with job.guard:
         if job.abandoned:
-            raise _Abandoned
+            raise Abandoned
         if job.commit is None:
             job.commit = "sent"
 
 
 def committed() -> None:
     """Mark, from a job, that the server confirmed its commit."""
-    job: _Job | None = getattr(_running, "job", None)
+    job: Job | None = getattr(_running, "job", None)
     if job is not None:
         job.commit = "done"
 
 
 @contextmanager
-def transaction(conn: _Conn) -> Iterator[None]:
+def transaction(conn: Conn) -> Iterator[None]:
     """``conn.transaction()``, marking its ``COMMIT`` as sent, then as confirmed.
 
     In pipeline mode the ``COMMIT`` is confirmed only when the pipeline
@@ -188,7 +181,7 @@ def transaction(conn: _Conn) -> Iterator[None]:
         committed()
 
 
-class _Worker:
+class Worker:
     """A thread that owns one connection (opened lazily) and runs jobs on it in order.
 
     ``_lock`` guards job states: a job is either dropped before it starts or
@@ -197,12 +190,12 @@ class _Worker:
     closed under ``cancel_safe``.
     """
 
-    def __init__(self, connect: Callable[[], _Conn], name: str) -> None:
+    def __init__(self, connect: Callable[[], Conn], name: str) -> None:
         self._connect = connect
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._conn_lock = threading.Lock()
-        self._conn: _Conn | None = None
+        self._conn: Conn | None = None
         # A duplicate of the connection's socket, to shut it down from another thread.
         self._socket: socket.socket | None = None
         # Set by the Trio side: this worker takes no more jobs.
@@ -211,8 +204,8 @@ class _Worker:
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self.thread.start()
 
-    def submit(self, work: Callable[[_Conn], Any]) -> _Job:
-        job = _Job(work, trio.lowlevel.current_trio_token())
+    def submit(self, work: Callable[[Conn], Any]) -> Job:
+        job = Job(work, trio.lowlevel.current_trio_token())
         self._jobs.put(job)
         return job
 
@@ -221,21 +214,18 @@ class _Worker:
         self.retired = True
         self._jobs.put(None)
 
-    def drop(self, job: _Job) -> bool:
+    def drop(self, job: Job) -> bool:
         """Withdraw ``job`` if it has not started; True if it never will.
 
         A worker caught opening a connection for it is retired: its thread is
         busy until the connection opens or fails, and nobody waits for it.
         """
         with self._lock:
-            if job.state in (_State.QUEUED, _State.CONNECTING):
-                if job.state is _State.CONNECTING:
-                    self.retired = True
-                job.state = _State.DROPPED
-                return True
-            return False
+            if job.state is JobState.CONNECTING:
+                self.retired = True
+            return drop(job)
 
-    def sever(self, job: _Job) -> None:
+    def sever(self, job: Job) -> None:
         """Shut the connection's socket down if ``job`` still runs on it (never blocks).
 
         The thread blocked on it wakes with an error and discards the
@@ -243,14 +233,14 @@ class _Worker:
         never name another connection's socket.
         """
         with self._lock:
-            if job.state is not _State.RUNNING or self._socket is None:
+            if job.state is not JobState.RUNNING or self._socket is None:
                 return
             try:
                 self._socket.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass  # already gone
 
-    def abandon(self, job: _Job, cancel_timeout: float) -> None:
+    def abandon(self, job: Job, cancel_timeout: float) -> None:
         """Give up on a running job: cancel it on the server (bounded), then sever it.
 
         Blocks up to ``cancel_timeout``: call from a thread of its own.
@@ -258,11 +248,11 @@ class _Worker:
         self.cancel(job, cancel_timeout)
         self.sever(job)
 
-    def cancel(self, job: _Job, timeout: float) -> None:
+    def cancel(self, job: Job, timeout: float) -> None:
         """Ask the server to cancel ``job`` if it is running (blocks: call from a thread)."""
         with self._conn_lock:
             with self._lock:
-                if job.state is not _State.RUNNING:
+                if job.state is not JobState.RUNNING:
                     return
                 job.cancel_requested = True
                 conn = self._conn
@@ -275,17 +265,13 @@ class _Worker:
 
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
-            with self._lock:
-                if job.state is _State.DROPPED:
-                    continue
-                job.state = _State.CONNECTING
+            if not advance(self._lock, job, JobState.CONNECTING):
+                continue
             # Connecting is not part of the job: a caller cancelled meanwhile
             # drops a job that never started.
             ready = outcome.capture(self._ready)
-            with self._lock:
-                if job.state is _State.DROPPED:
-                    continue
-                job.state = _State.RUNNING
+            if not advance(self._lock, job, JobState.RUNNING):
+                continue
             if isinstance(ready, outcome.Value):
                 _running.job = job
                 try:
@@ -295,28 +281,25 @@ class _Worker:
             else:
                 result = ready
             with self._lock:
-                job.state = _State.DONE
+                job.state = JobState.DONE
                 discard = job.cancel_requested
             if discard or not _idle(self._conn):
                 # A late cancel must never hit the next job; a broken or
                 # mid-transaction connection is of no further use.
                 outcome.capture(self._close)
             job.result = result
-            try:
-                job.token.run_sync_soon(job.done.set)
-            except trio.RunFinishedError:
-                pass
+            hand_back(job.token, job.done.set)
         outcome.capture(self._close)
 
-    def _execute(self, job: _Job, conn: _Conn) -> Any:
+    def _execute(self, job: Job, conn: Conn) -> Any:
         try:
             return job.work(conn)
         except psycopg.Error as exc:
             if conn.broken or conn.closed:
-                raise _ConnectionLost(exc, job.commit) from exc
+                raise ConnectionLost(exc, job.commit) from exc
             raise
 
-    def _ready(self) -> _Conn:
+    def _ready(self) -> Conn:
         conn = self._conn
         if conn is not None and _healthy(conn):
             return conn
@@ -325,7 +308,7 @@ class _Worker:
         try:
             conn = self._connect()
         except psycopg.Error as exc:
-            raise _Unreachable(exc) from exc
+            raise Unreachable(exc) from exc
         finally:
             self.connecting = False
         try:
@@ -348,7 +331,18 @@ class _Worker:
             conn.close()
 
 
-def _idle(conn: _Conn | None) -> bool:
+def connect(params: dict[str, Any], setup: str) -> Conn:
+    """A connection in autocommit mode (libpq's ``params``), after its ``setup`` statement."""
+    conn = psycopg.Connection.connect(**params, autocommit=True)
+    try:
+        conn.execute(setup)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _idle(conn: Conn | None) -> bool:
     return (
         conn is not None
         and not conn.closed
@@ -357,7 +351,7 @@ def _idle(conn: _Conn | None) -> bool:
     )
 
 
-def _healthy(conn: _Conn) -> bool:
+def _healthy(conn: Conn) -> bool:
     """Whether an idle connection is still there.
 
     Between jobs the server has nothing to say, so a readable socket means it
@@ -372,7 +366,7 @@ def _healthy(conn: _Conn) -> bool:
     return not readable
 
 
-class _Pool:
+class Pool:
     """The workers, each either idle in a channel or held by exactly one call.
 
     Retired workers (abandoned mid-job) leave the pool at once and are
@@ -381,42 +375,42 @@ class _Pool:
     """
 
     def __init__(
-        self, size: int, new_worker: Callable[[], _Worker], *, cancel_timeout: float
+        self, size: int, new_worker: Callable[[], Worker], *, cancel_timeout: float
     ) -> None:
         self._new_worker = new_worker
         self._cancel_timeout = cancel_timeout
-        self._send, self._receive = trio.open_memory_channel[_Worker](size)
-        self._workers: list[_Worker] = []
-        self._retired: list[_Worker] = []
+        self._send, self._receive = trio.open_memory_channel[Worker](size)
+        self._workers: list[Worker] = []
+        self._retired: list[Worker] = []
         self._closed = False
         for _ in range(size):
             self._send.send_nowait(self._add())
 
-    def _add(self) -> _Worker:
+    def _add(self) -> Worker:
         worker = self._new_worker()
         self._workers.append(worker)
         return worker
 
     @trio.lowlevel.enable_ki_protection
-    async def run(self, work: Callable[[_Conn], T], *, timeout: float) -> T:
+    async def run(self, work: Callable[[Conn], T], *, timeout: float) -> T:
         """``work(conn)`` on the next idle worker, within ``timeout`` seconds.
 
         See the module docstring for the deadline and for cancellation.
-        Raises :class:`_Closed` if the pool closes before a worker is free,
-        :class:`_NoAnswer` when the deadline passes, and otherwise whatever
+        Raises :class:`Closed` if the pool closes before a worker is free,
+        :class:`NoAnswer` when the deadline passes, and otherwise whatever
         the job raised. Protected from Ctrl-C: a ``KeyboardInterrupt`` never
         lands between taking a worker and giving it back (it comes at a
         checkpoint; the job itself runs on the worker's thread, out of its reach).
         """
         deadline = trio.current_time() + timeout
-        worker: _Worker | None = None
+        worker: Worker | None = None
         with trio.move_on_at(deadline):
             try:
                 worker = await self._receive.receive()
             except (trio.ClosedResourceError, trio.EndOfChannel):
-                raise _Closed from None
+                raise Closed from None
         if worker is None:
-            raise _NoAnswer("queued", None)
+            raise NoAnswer("queued", None)
         try:
             job = worker.submit(work)
             try:
@@ -436,10 +430,10 @@ class _Pool:
         assert job.result is not None
         return cast("T", job.result.unwrap())
 
-    def _give_up(self, worker: _Worker, job: _Job) -> None:
-        """The deadline passed with ``job`` unfinished: raise :class:`_NoAnswer`."""
+    def _give_up(self, worker: Worker, job: Job) -> None:
+        """The deadline passed with ``job`` unfinished: raise :class:`NoAnswer`."""
         if worker.drop(job):
-            raise _NoAnswer("connecting" if worker.retired else "queued", None)
+            raise NoAnswer("connecting" if worker.retired else "queued", None)
         commit = job.give_up()
         worker.retired = True
         threading.Thread(
@@ -448,9 +442,9 @@ class _Pool:
             name=f"{worker.thread.name} (abandon)",
             daemon=True,
         ).start()
-        raise _NoAnswer("running", commit)
+        raise NoAnswer("running", commit)
 
-    async def _interrupt(self, worker: _Worker, job: _Job) -> bool:
+    async def _interrupt(self, worker: Worker, job: Job) -> bool:
         """Stop ``job`` after its caller was cancelled; True if it had succeeded anyway."""
         if worker.drop(job):
             return False
@@ -467,7 +461,7 @@ class _Pool:
             return False
         return isinstance(job.result, outcome.Value)
 
-    def _release(self, worker: _Worker) -> None:
+    def _release(self, worker: Worker) -> None:
         if self._closed:
             worker.stop()
             return
@@ -500,7 +494,3 @@ class _Pool:
         # the caller: it closes its connection by itself.
         with trio.move_on_after(timeout):
             await trio.to_thread.run_sync(join, abandon_on_cancel=True)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

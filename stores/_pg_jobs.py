@@ -1,9 +1,11 @@
 """The PostgreSQL store's jobs: functions of a connection, run on a worker thread.
 
-The batch writes, claims and the schema migration; when to refresh the
-planner's statistics (:class:`_Growth`); and the mapping between records
-and rows (payloads travel as ``bytea``). The store's one-statement reads are
-small closures in :mod:`trioplay.stores.postgres`.
+A job is named after the store operation it does and takes the statements
+(:class:`trioplay.stores._pg_sql.Sql`), that operation's arguments, then the
+connection; :class:`trioplay.stores.postgres.PostgresStore` hands it to a
+worker of its pool (:mod:`trioplay.stores._pg_bridge`). Also here: the schema
+migration, when to refresh the planner's statistics (:class:`Growth`), and
+the mapping between records and rows (payloads travel as ``bytea``).
 """
 
 from __future__ import annotations
@@ -16,39 +18,36 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg.errors
 
-from trioplay import Receipt, RunRecord, StoreError
+from trioplay import Receipt, RunRecord, SheetEntry, SheetRow, StoreError
 
 from ._columns import page_values
 from ._pg_bridge import commit_point, committed, transaction
 from ._pg_sql import SCHEMA_VERSION
-from ._rules import PageRecord, decide_claims
+from ._rules import PageRecord, page_key, renewed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    from trioplay import (
-        ClaimOutcome,
-        ClaimRequest,
-        Completion,
-        Failure,
-        Lease,
-        PageClaim,
-        PageLease,
-        SheetRow,
-    )
+    import trioplay as tp
 
-    from ._pg_bridge import _Conn
-    from ._pg_sql import _Sql
+    from ._pg_bridge import Conn
+    from ._pg_sql import Sql
+
+    # decide_claims with the claim's owner, lease_ttl and now.
+    DecideClaims = Callable[
+        [Sequence[tp.ClaimRequest], Mapping[str, Receipt]],
+        tuple[list[tp.ClaimOutcome], list[Receipt]],
+    ]
 
 # A claim that loses a race for a new key (another process inserted it after
 # our snapshot), or a deadlock between two batches, is retried whole.
 _RACE_ATTEMPTS = 5
-# See _Growth: a table this store fills is analyzed once it has grown by this
+# See Growth: a table this store fills is analyzed once it has grown by this
 # many rows, then each time it has doubled.
 _ANALYZE_MIN_ROWS = 1000
 
 
-class _Contended(Exception):
+class Contended(Exception):
     """A claim kept losing races for new keys to concurrent claimers."""
 
 
@@ -57,7 +56,7 @@ class _Contended(Exception):
 _GROWING = ("receipts", "sheet_rows")
 
 
-class _Growth:
+class Growth:
     """When to refresh the planner's statistics of the tables a run fills.
 
     Every lookup here is by key, and with statistics PostgreSQL answers it
@@ -93,7 +92,7 @@ class _Growth:
             return True
 
 
-def _analyze_if_grown(sql: _Sql, growth: _Growth, table: str, added: int, conn: _Conn) -> None:
+def _analyze_if_grown(sql: Sql, growth: Growth, table: str, added: int, conn: Conn) -> None:
     # After the commit: the write is done whatever happens to this.
     if added > 0 and growth.grown(table, added):
         try:
@@ -105,7 +104,7 @@ def _analyze_if_grown(sql: _Sql, growth: _Growth, table: str, added: int, conn: 
 # -- jobs: each runs on a worker thread, in one transaction ---------------------
 
 
-def _migrate(sql: _Sql, growth: _Growth, url: str, conn: _Conn) -> None:
+def migrate(sql: Sql, growth: Growth, url: str, conn: Conn) -> None:
     _migrate_schema(sql, url, conn)
     rows = conn.execute(
         "SELECT c.relname, c.reltuples FROM pg_catalog.pg_class c"
@@ -117,7 +116,7 @@ def _migrate(sql: _Sql, growth: _Growth, url: str, conn: _Conn) -> None:
         growth.baseline(table, max(0.0, tuples))
 
 
-def _migrate_schema(sql: _Sql, url: str, conn: _Conn) -> None:
+def _migrate_schema(sql: Sql, url: str, conn: Conn) -> None:
     version = _schema_version(sql, conn)
     if version == SCHEMA_VERSION:
         return  # the common case needs no lock and no privilege to create
@@ -152,7 +151,7 @@ def _migrate_schema(sql: _Sql, url: str, conn: _Conn) -> None:
         conn.execute(f"INSERT INTO {sql.s}.schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
 
 
-def _schema_version(sql: _Sql, conn: _Conn) -> int:
+def _schema_version(sql: Sql, conn: Conn) -> int:
     # A query on the catalog, not to_regclass(): after waiting on the advisory
     # lock, the statement's fresh snapshot sees a schema another process just
     # committed, where the catalog cache may not have caught up yet.
@@ -166,16 +165,14 @@ def _schema_version(sql: _Sql, conn: _Conn) -> int:
     return int(got[0]) if got is not None and got[0] is not None else 0
 
 
-def _claim_many(
-    sql: _Sql,
-    growth: _Growth,
-    requests: list[ClaimRequest],
-    owner: str,
-    lease_ttl: float,
-    now: float,
+def claim_many(
+    sql: Sql,
+    growth: Growth,
+    requests: list[tp.ClaimRequest],
+    decide: DecideClaims,
     fresh: bool,
-    conn: _Conn,
-) -> tuple[list[ClaimOutcome], bool]:
+    conn: Conn,
+) -> tuple[list[tp.ClaimOutcome], bool]:
     """Claim ``requests``, each key atomically; also answers whether the next batch tries
     ``fresh``.
 
@@ -192,7 +189,7 @@ def _claim_many(
     claims while the others are decided is what a claim is.
     """
     if fresh and len({request.key for request in requests}) == len(requests):
-        outcomes, claimed = decide_claims(requests, {}, owner=owner, lease_ttl=lease_ttl, now=now)
+        outcomes, claimed = decide(requests, {})
         commit_point()  # one INSERT in autocommit mode: it commits as it runs
         rows = conn.execute(sql.insert_new, _receipt_columns(claimed)).fetchall()
         inserted = {key for (key,) in rows}
@@ -201,25 +198,23 @@ def _claim_many(
         if len(inserted) == len(requests):
             return outcomes, True
         stored = [request for request in requests if request.key not in inserted]
-        decided = iter(_claim_stored(sql, growth, stored, owner, lease_ttl, now, conn)[0])
+        decided = iter(_claim_stored(sql, growth, stored, decide, conn)[0])
         merged = [
             outcome if request.key in inserted else next(decided)
             for request, outcome in zip(requests, outcomes, strict=True)
         ]
         return merged, False
-    outcomes, found = _claim_stored(sql, growth, requests, owner, lease_ttl, now, conn)
+    outcomes, found = _claim_stored(sql, growth, requests, decide, conn)
     return outcomes, not found
 
 
 def _claim_stored(
-    sql: _Sql,
-    growth: _Growth,
-    requests: list[ClaimRequest],
-    owner: str,
-    lease_ttl: float,
-    now: float,
-    conn: _Conn,
-) -> tuple[list[ClaimOutcome], bool]:
+    sql: Sql,
+    growth: Growth,
+    requests: list[tp.ClaimRequest],
+    decide: DecideClaims,
+    conn: Conn,
+) -> tuple[list[tp.ClaimOutcome], bool]:
     """The general way of a claim: read, decide, lock and upsert; and whether any key was
     stored."""
     keys = sorted({request.key for request in requests})
@@ -227,10 +222,8 @@ def _claim_stored(
         # A plain read first: a batch that claims nothing (replays, keys held
         # by others) takes no lock and writes nothing.
         rows = conn.execute(sql.get_receipts, (keys,), binary=True).fetchall()
-        stored = {row[0]: _receipt(row) for row in rows}
-        outcomes, claimed = decide_claims(
-            requests, stored, owner=owner, lease_ttl=lease_ttl, now=now
-        )
+        stored = {row[0]: receipt(row) for row in rows}
+        outcomes, claimed = decide(requests, stored)
         if not claimed:
             return outcomes, bool(stored)
         existing = sorted(receipt.key for receipt in claimed if receipt.key in stored)
@@ -241,19 +234,17 @@ def _claim_stored(
                     # Lock the receipts to take over and decide again on what they
                     # are now. The other keys keep the answer of the plain read.
                     locked = conn.execute(sql.lock_receipts, (existing,), binary=True).fetchall()
-                    stored.update((row[0], _receipt(row)) for row in locked)
-                    outcomes, claimed = decide_claims(
-                        requests, stored, owner=owner, lease_ttl=lease_ttl, now=now
-                    )
+                    stored.update((row[0], receipt(row)) for row in locked)
+                    outcomes, claimed = decide(requests, stored)
                 if claimed:
                     columns = _receipt_columns(claimed)
                     written = conn.execute(sql.upsert_claimed, (*columns, existing)).fetchall()
                     if len(written) != len(claimed):
-                        raise _Contended(
+                        raise Contended(
                             f"gave up after {attempt} attempts: new keys kept being claimed"
                             " by concurrent transactions"
                         )
-        except (_Contended, psycopg.errors.DeadlockDetected):
+        except (Contended, psycopg.errors.DeadlockDetected):
             if attempt == _RACE_ATTEMPTS:
                 raise
             continue
@@ -269,7 +260,7 @@ def _fenced(
     leases: Sequence[tuple[Any, ...]],
     payloads: Sequence[str] | None,
     renews: bool,
-    conn: _Conn,
+    conn: Conn,
 ) -> list[bool]:
     """One fenced UPDATE for a batch of leases; True per item whose lease matched.
 
@@ -309,8 +300,8 @@ def _fenced(
     return answers
 
 
-def _write_rows(
-    sql: _Sql, growth: _Growth, run_id: str, dataset: str, rows: list[SheetRow], conn: _Conn
+def write_terminal_rows(
+    sql: Sql, growth: Growth, run_id: str, dataset: str, rows: list[SheetRow], conn: Conn
 ) -> None:
     # A key repeated in one batch keeps its last row (and an upsert may not
     # touch one row twice).
@@ -333,13 +324,13 @@ def _write_rows(
     _analyze_if_grown(sql, growth, "sheet_rows", len(latest), conn)
 
 
-def _claim_page(
-    sql: _Sql,
+def claim_page(
+    sql: Sql,
     where: tuple[str, str, int],
     now: float,
-    decide: Callable[[PageRecord | None], tuple[PageClaim, PageRecord | None]],
-    conn: _Conn,
-) -> PageClaim:
+    decide: Callable[[PageRecord | None], tuple[tp.PageClaim, PageRecord | None]],
+    conn: Conn,
+) -> tp.PageClaim:
     with transaction(conn):
         # A page never seen gets a pending row first, so that the row exists
         # to be locked; a pending page is claimed exactly like an absent one.
@@ -355,6 +346,136 @@ def _claim_page(
     return answer
 
 
+# -- runs ------------------------------------------------------------------------
+
+
+def begin_attempt(
+    sql: Sql, run_id: str, play: str, input_json: str, now: float, conn: Conn
+) -> RunRecord:
+    with transaction(conn):
+        row = conn.execute(
+            sql.begin_attempt, (run_id, play, input_json.encode(), now, now), binary=True
+        ).fetchone()
+        if row is None:  # another play or input: left as it is, for the caller to refuse
+            row = conn.execute(sql.get_run, (run_id,)).fetchone()
+    assert row is not None
+    return run_record(row)
+
+
+def finish_attempt(sql: Sql, params: tuple[Any, ...], conn: Conn) -> bool:
+    """Whether the run was there to finish; ``params`` as :meth:`Sql.finish_attempt` takes them."""
+    status, now, output_json, error, stats_json, run_id = params
+    values = (status, now, _b(output_json), _b(error), _b(stats_json), run_id)
+    commit_point()  # autocommit: the statement commits as it runs
+    return conn.execute(sql.finish_attempt, values).rowcount == 1
+
+
+def get_run(sql: Sql, run_id: str, conn: Conn) -> RunRecord | None:
+    row = conn.execute(sql.get_run, (run_id,), binary=True).fetchone()
+    return run_record(row) if row is not None else None
+
+
+def list_runs(sql: Sql, limit: int, conn: Conn) -> list[RunRecord]:
+    rows = conn.execute(sql.list_runs, (limit,), binary=True).fetchall()
+    return [run_record(row) for row in rows]
+
+
+# -- receipts: the fenced writes and the reads -------------------------------------
+
+
+def heartbeat_many(
+    sql: Sql, leases: Sequence[tp.Lease], lease_ttl: float, now: float, conn: Conn
+) -> list[float | None]:
+    expires = now + lease_ttl
+    return renewed(expires, _fenced(sql.heartbeat, (expires, now), _keys(leases), None, True, conn))
+
+
+def complete_many(sql: Sql, items: Sequence[tp.Completion], now: float, conn: Conn) -> list[bool]:
+    results = [item.result_json for item in items]
+    return _fenced(sql.complete, (now, now), _keys(items), results, False, conn)
+
+
+def fail_many(sql: Sql, items: Sequence[tp.Failure], now: float, conn: Conn) -> list[bool]:
+    errors = [item.error_json for item in items]
+    return _fenced(sql.fail, (now, now), _keys(items), errors, False, conn)
+
+
+def release_many(sql: Sql, leases: Sequence[tp.Lease], now: float, conn: Conn) -> list[bool]:
+    return _fenced(sql.release, (now,), _keys(leases), None, False, conn)
+
+
+def get_many(sql: Sql, keys: list[str], conn: Conn) -> dict[str, Receipt]:
+    rows = conn.execute(sql.get_receipts, (keys,), binary=True).fetchall()
+    return {row[0]: receipt(row) for row in rows}
+
+
+def count_receipts(sql: Sql, run_id: str, conn: Conn) -> dict[str, int]:
+    return dict(conn.execute(sql.count_receipts, (run_id,)).fetchall())
+
+
+# -- dataset sheets: the reads (the write is write_terminal_rows) -------------------
+
+
+def sheet_status(
+    sql: Sql, run_id: str, dataset: str, keys: list[str], conn: Conn
+) -> dict[str, SheetEntry]:
+    rows = conn.execute(sql.sheet_status, (run_id, dataset, keys)).fetchall()
+    return {key: SheetEntry(status, attempt) for key, status, attempt in rows}
+
+
+def read_rows(
+    sql: Sql,
+    run_id: str,
+    dataset: str,
+    status: tp.RowStatus | None,
+    after_position: int,
+    limit: int,
+    conn: Conn,
+) -> list[SheetRow]:
+    if status is None:
+        rows = conn.execute(sql.read_rows, (run_id, dataset, after_position, limit), binary=True)
+    else:
+        params = (run_id, dataset, after_position, status, limit)
+        rows = conn.execute(sql.read_rows_by_status, params, binary=True)
+    return [
+        SheetRow(key, position, status, data.decode(), _s(error), attempt)
+        for key, position, status, data, error, attempt in rows.fetchall()
+    ]
+
+
+def count_rows(sql: Sql, run_id: str, dataset: str, conn: Conn) -> dict[str, int]:
+    return dict(conn.execute(sql.count_rows, (run_id, dataset)).fetchall())
+
+
+def list_datasets(sql: Sql, run_id: str, conn: Conn) -> list[str]:
+    rows = conn.execute(sql.list_datasets, (run_id,)).fetchall()
+    return [dataset for (dataset,) in rows]
+
+
+# -- page leases: the fenced writes (the claim is claim_page) -----------------------
+
+
+def heartbeat_pages(
+    sql: Sql, leases: Sequence[tp.PageLease], lease_ttl: float, now: float, conn: Conn
+) -> list[float | None]:
+    expires = now + lease_ttl
+    keys = [page_key(lease) for lease in leases]
+    return renewed(expires, _fenced(sql.heartbeat_pages, (expires, now), keys, None, True, conn))
+
+
+def finish_page(
+    sql: Sql, lease: tp.PageLease, attempt: int, failed: int, now: float, conn: Conn
+) -> bool:
+    shared = (attempt, failed, now)
+    [finished] = _fenced(sql.finish_page, shared, [page_key(lease)], None, False, conn)
+    return finished
+
+
+def release_page(sql: Sql, lease: tp.PageLease, now: float, conn: Conn) -> bool:
+    [released] = _fenced(sql.release_page, (now,), [page_key(lease)], None, False, conn)
+    return released
+
+
 # -- conversions -----------------------------------------------------------------
 
 
@@ -366,7 +487,7 @@ def _s(data: bytes | None) -> str | None:
     return bytes(data).decode() if data is not None else None
 
 
-def _run(row: Sequence[Any]) -> RunRecord:
+def run_record(row: Sequence[Any]) -> RunRecord:
     run_id, play, input_json, status, attempt, created_at, updated_at, output, error, stats = row
     return RunRecord(
         run_id,
@@ -382,7 +503,7 @@ def _run(row: Sequence[Any]) -> RunRecord:
     )
 
 
-def _receipt(row: Sequence[Any]) -> Receipt:
+def receipt(row: Sequence[Any]) -> Receipt:
     (key, operation, name, status, run_id, lease_id, lease_expires_at, owner, attempts) = row[:9]
     result_json, error_json, created_at, updated_at, completed_at = row[9:]
     return Receipt(
@@ -427,9 +548,5 @@ def _receipt_columns(receipts: Iterable[Receipt]) -> list[list[Any]]:
     return [list(column) for column in zip(*map(_receipt_row, receipts), strict=True)]
 
 
-def _leases(items: Iterable[Lease | Completion | Failure]) -> list[tuple[str, str]]:
+def _keys(items: Iterable[tp.Lease | tp.Completion | tp.Failure]) -> list[tuple[str, str]]:
     return [(item.key, item.lease_id) for item in items]
-
-
-def _page_leases(leases: Iterable[PageLease]) -> list[tuple[str, str, int, str]]:
-    return [(lease.run_id, lease.dataset, lease.offset, lease.lease_id) for lease in leases]

@@ -1,6 +1,6 @@
 """The PostgreSQL store's schema and statements, each written once per schema name.
 
-:class:`_Sql` builds every statement for one schema at construction; the
+:class:`Sql` builds every statement for one schema at construction; the
 jobs that run them live in :mod:`trioplay.stores._pg_jobs`.
 """
 
@@ -78,7 +78,7 @@ _RECEIPT_TYPES = (
 )
 # Rows of a sheet batch are copied into this per-connection table, then upserted.
 _INCOMING = "trioplay_incoming_rows"
-_CREATE_INCOMING = (
+CREATE_INCOMING = (
     f'CREATE TEMP TABLE {_INCOMING} (key text COLLATE "C", position bigint,'
     " status text, data_json bytea, error bytea, attempt integer)"
     " ON COMMIT DELETE ROWS"
@@ -89,7 +89,7 @@ def _arrays(types: str) -> str:
     return ", ".join(f"%b::{t.strip()}[]" for t in types.split(","))
 
 
-class _Sql:
+class Sql:
     """Every statement of the store, written once for one schema."""
 
     def __init__(self, schema: str) -> None:
@@ -134,7 +134,7 @@ class _Sql:
             WHERE r.key = ANY(%b::text[])
             RETURNING r.key
         """
-        # A batch of keys taken for new (see _pg_jobs._claim_many): the rows
+        # A batch of keys taken for new (see _pg_jobs.claim_many): the rows
         # of keys that have a receipt already are skipped, not returned.
         self.insert_new = f"""
             INSERT INTO {s}.receipts ({RECEIPT_COLUMNS})

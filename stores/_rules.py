@@ -38,7 +38,7 @@ from trioplay import (
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from trioplay import RunStatus
+    from trioplay import PageLease, RunStatus
 
 
 def decide_claims(
@@ -156,8 +156,8 @@ def decide_page(
     owner: str,
     lease_ttl: float,
     now: float,
-    takeover_lease: str | None,
-    reopen: bool,
+    takeover_lease: str | None = None,
+    reopen: bool = False,
 ) -> tuple[PageClaim, PageRecord | None]:
     """Answer ``claim_page`` for the stored ``page``, without writing.
 
@@ -400,3 +400,13 @@ def decide_cancel(waits: Iterable[WaitRecord], now: float) -> list[WaitRecord]:
         for wait in waits
         if wait.status == "waiting"
     ]
+
+
+def renewed(expires: float, updated: Sequence[bool]) -> list[float | None]:
+    """A heartbeat's answer: the new expiry where the lease was still ours, else ``None``."""
+    return [expires if ok else None for ok in updated]
+
+
+def page_key(lease: PageLease) -> tuple[str, str, int, str]:
+    """A page lease as its fence's columns: ``run_id, dataset, page_offset, lease_id``."""
+    return (lease.run_id, lease.dataset, lease.offset, lease.lease_id)

@@ -2,7 +2,7 @@
 
 Each statement is text built once at import; the store's connection caches
 their compiled form (``cached_statements``). The jobs that run them live in
-:mod:`trioplay.stores.sqlite`.
+:mod:`trioplay.stores._sqlite_jobs`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _MAX_VARIABLES = 999
 # Keys per "IN (...)" list, leaving room for the statement's other parameters.
 _CHUNK = 500
 
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         """CREATE TABLE runs (
             run_id TEXT PRIMARY KEY,
@@ -89,7 +89,19 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 
-_UPSERT_CLAIMED = f"""
+BEGIN_ATTEMPT = """
+    INSERT INTO runs (run_id, play, input_json, status, attempt, created_at, updated_at)
+    VALUES (?, ?, ?, 'running', ?, ?, ?)
+    ON CONFLICT (run_id) DO UPDATE SET
+        play = excluded.play, input_json = excluded.input_json, status = 'running',
+        attempt = excluded.attempt, updated_at = excluded.updated_at,
+        output_json = NULL, error = NULL, stats_json = NULL
+"""
+FINISH_ATTEMPT = """
+    UPDATE runs SET status = ?, updated_at = ?, output_json = ?, error = ?, stats_json = ?
+    WHERE run_id = ?
+"""
+UPSERT_CLAIMED = f"""
     INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (key) DO UPDATE SET
         operation = excluded.operation, name = excluded.name, status = excluded.status,
@@ -100,18 +112,18 @@ _UPSERT_CLAIMED = f"""
         completed_at = excluded.completed_at
 """
 _FENCE = "WHERE key = ? AND lease_id = ? AND status = 'running'"
-_HEARTBEAT = f"UPDATE receipts SET lease_expires_at = ?, updated_at = ? {_FENCE}"
-_COMPLETE = f"""
+HEARTBEAT = f"UPDATE receipts SET lease_expires_at = ?, updated_at = ? {_FENCE}"
+COMPLETE = f"""
     UPDATE receipts SET status = 'completed', lease_expires_at = NULL, result_json = ?,
         error_json = NULL, updated_at = ?, completed_at = ?
     {_FENCE}
 """
-_FAIL = f"""
+FAIL = f"""
     UPDATE receipts SET status = 'failed', lease_expires_at = NULL, result_json = NULL,
         error_json = ?, updated_at = ?, completed_at = ?
     {_FENCE}
 """
-_RELEASE = f"""
+RELEASE = f"""
     UPDATE receipts SET status = 'pending', lease_id = NULL, lease_expires_at = NULL,
         owner = NULL, updated_at = ?
     {_FENCE}
@@ -119,13 +131,13 @@ _RELEASE = f"""
 _PAGE_FENCE = (
     "WHERE run_id = ? AND dataset = ? AND page_offset = ? AND lease_id = ? AND status = 'running'"
 )
-_HEARTBEAT_PAGE = f"UPDATE pages SET lease_expires_at = ?, updated_at = ? {_PAGE_FENCE}"
-_FINISH_PAGE = f"""
+HEARTBEAT_PAGE = f"UPDATE pages SET lease_expires_at = ?, updated_at = ? {_PAGE_FENCE}"
+FINISH_PAGE = f"""
     UPDATE pages SET status = 'done', lease_expires_at = NULL, attempt = ?, failed = ?,
         updated_at = ?
     {_PAGE_FENCE}
 """
-_RELEASE_PAGE = f"""
+RELEASE_PAGE = f"""
     UPDATE pages SET status = 'pending', lease_id = NULL, lease_expires_at = NULL, owner = NULL,
         updated_at = ?
     {_PAGE_FENCE}
@@ -177,7 +189,7 @@ class _ManyRows:
 
 
 # Claims a batch of keys that have no receipt yet, as decide_claims would (see _claim_fresh).
-_INSERT_FRESH = _ManyRows(
+INSERT_FRESH = _ManyRows(
     """
     INSERT OR ROLLBACK INTO receipts (key, operation, name, run_id, lease_id, lease_expires_at,
         owner, created_at, updated_at, status, attempts)
@@ -188,7 +200,7 @@ _INSERT_FRESH = _ManyRows(
 )
 # A sheet batch: first the rows new to the sheet, which needs no statement journal, and
 # only if some key was there already (or repeats) the upsert of every row, in order.
-_INSERT_NEW_ROWS = _ManyRows(
+INSERT_NEW_ROWS = _ManyRows(
     """
     INSERT OR ROLLBACK INTO sheet_rows (run_id, dataset, key, position, status, data_json,
         error, attempt)
@@ -197,7 +209,7 @@ _INSERT_NEW_ROWS = _ManyRows(
     """,
     "(?, ?, ?, ?, ?, ?, ?, ?)",
 )
-_UPSERT_ROWS = _ManyRows(
+UPSERT_ROWS = _ManyRows(
     """
     INSERT INTO sheet_rows (run_id, dataset, key, position, status, data_json, error, attempt)
     {values}
@@ -209,7 +221,7 @@ _UPSERT_ROWS = _ManyRows(
 )
 
 
-def _rows_in(
+def rows_in(
     conn: sqlite3.Connection, select: str, params: tuple[Any, ...], keys: Sequence[str]
 ) -> list[Any]:
     # `select` ends in "IN "; one statement per chunk of keys.

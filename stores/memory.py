@@ -8,20 +8,13 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 import attrs
 import trio
 
 from trioplay import (
-    ClaimOutcome,
-    ClaimRequest,
-    Completion,
     EventRecord,
-    Failure,
-    Lease,
-    PageClaim,
-    PageLease,
     Receipt,
     RunRecord,
     SendRequest,
@@ -37,7 +30,8 @@ from trioplay import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from trioplay import RowStatus, RunStatus
+    import trioplay as tp
+    from trioplay import RunStatus
 
 from ._rules import (
     PageRecord,
@@ -52,6 +46,7 @@ from ._rules import (
     slot_of,
     wait_order,
 )
+from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
 
 URL = "memory://"
 
@@ -80,6 +75,35 @@ def _settled(
         now,
         now,
     )
+
+
+# What a release changes, in a receipt or a page: back to pending, with no lease.
+_RELEASED: dict[str, Any] = {
+    "status": "pending",
+    "lease_id": None,
+    "lease_expires_at": None,
+    "owner": None,
+}
+
+
+def _leased(
+    receipts: dict[str, Receipt], lease: tp.Lease | tp.Completion | tp.Failure
+) -> Receipt | None:
+    """The receipt under ``lease``, if that lease is still its own."""
+    receipt = receipts.get(lease.key)
+    if receipt is None or receipt.status != "running" or receipt.lease_id != lease.lease_id:
+        return None
+    return receipt
+
+
+def _leased_page(
+    pages: dict[tuple[str, str, int], PageRecord], lease: tp.PageLease
+) -> PageRecord | None:
+    """The page under ``lease``, if that lease is still its own."""
+    page = pages.get((lease.run_id, lease.dataset, lease.offset))
+    if page is None or page.status != "running" or page.lease_id != lease.lease_id:
+        return None
+    return page
 
 
 @attrs.define
@@ -162,15 +186,9 @@ class MemoryStore:
         return record
 
     async def finish_attempt(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        now: float,
-        output_json: str | None = None,
-        error: str | None = None,
-        stats_json: str | None = None,
+        self, run_id: str, status: RunStatus, **end: Unpack[AttemptEnd]
     ) -> None:
+        now, output_json, error, stats_json = attempt_end(**end)
         await trio.lowlevel.checkpoint()
         record = self._runs.get(run_id)
         if record is None:
@@ -200,8 +218,8 @@ class MemoryStore:
 
     # -- receipts -----------------------------------------------------------
     async def claim_many(
-        self, requests: Sequence[ClaimRequest], *, owner: str, lease_ttl: float, now: float
-    ) -> list[ClaimOutcome]:
+        self, requests: Sequence[tp.ClaimRequest], *, owner: str, lease_ttl: float, now: float
+    ) -> list[tp.ClaimOutcome]:
         await trio.lowlevel.checkpoint()
         outcomes, claimed = decide_claims(
             requests, self._receipts, owner=owner, lease_ttl=lease_ttl, now=now
@@ -209,19 +227,13 @@ class MemoryStore:
         self._receipts.update((receipt.key, receipt) for receipt in claimed)
         return outcomes
 
-    def _leased(self, key: str, lease_id: str) -> Receipt | None:
-        receipt = self._receipts.get(key)
-        if receipt is None or receipt.status != "running" or receipt.lease_id != lease_id:
-            return None
-        return receipt
-
     async def heartbeat_many(
-        self, leases: Sequence[Lease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         await trio.lowlevel.checkpoint()
         expiries: list[float | None] = []
         for lease in leases:
-            receipt = self._leased(lease.key, lease.lease_id)
+            receipt = _leased(self._receipts, lease)
             if receipt is None:
                 expiries.append(None)
                 continue
@@ -232,41 +244,34 @@ class MemoryStore:
             expiries.append(expires)
         return expiries
 
-    async def complete_many(self, items: Sequence[Completion], *, now: float) -> list[bool]:
+    async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for item in items:
-            receipt = self._leased(item.key, item.lease_id)
+            receipt = _leased(self._receipts, item)
             if receipt is not None:
                 completed = _settled(receipt, "completed", item.result_json, None, now)
                 self._receipts[item.key] = completed
             done.append(receipt is not None)
         return done
 
-    async def fail_many(self, items: Sequence[Failure], *, now: float) -> list[bool]:
+    async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for item in items:
-            receipt = self._leased(item.key, item.lease_id)
+            receipt = _leased(self._receipts, item)
             if receipt is not None:
                 self._receipts[item.key] = _settled(receipt, "failed", None, item.error_json, now)
             done.append(receipt is not None)
         return done
 
-    async def release_many(self, leases: Sequence[Lease], *, now: float) -> list[bool]:
+    async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
         done: list[bool] = []
         for lease in leases:
-            receipt = self._leased(lease.key, lease.lease_id)
+            receipt = _leased(self._receipts, lease)
             if receipt is not None:
-                self._receipts[lease.key] = attrs.evolve(
-                    receipt,
-                    status="pending",
-                    lease_id=None,
-                    lease_expires_at=None,
-                    owner=None,
-                    updated_at=now,
-                )
+                self._receipts[lease.key] = attrs.evolve(receipt, **_RELEASED, updated_at=now)
             done.append(receipt is not None)
         return done
 
@@ -309,14 +314,9 @@ class MemoryStore:
         return entries
 
     async def read_rows(
-        self,
-        run_id: str,
-        dataset: str,
-        *,
-        status: RowStatus | None = None,
-        after_position: int = -1,
-        limit: int = 1000,
+        self, run_id: str, dataset: str, **query: Unpack[RowQuery]
     ) -> list[SheetRow]:
+        status, after_position, limit = row_query(**query)
         await trio.lowlevel.checkpoint()
         sheet = self._sheets.get((run_id, dataset))
         if sheet is None or limit <= 0:
@@ -344,44 +344,22 @@ class MemoryStore:
 
     # -- page leases --------------------------------------------------------
     async def claim_page(
-        self,
-        run_id: str,
-        dataset: str,
-        offset: int,
-        *,
-        owner: str,
-        lease_ttl: float,
-        now: float,
-        takeover_lease: str | None = None,
-        reopen: bool = False,
-    ) -> PageClaim:
+        self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
+    ) -> tp.PageClaim:
         await trio.lowlevel.checkpoint()
         where = (run_id, dataset, offset)
-        answer, claimed = decide_page(
-            self._pages.get(where),
-            owner=owner,
-            lease_ttl=lease_ttl,
-            now=now,
-            takeover_lease=takeover_lease,
-            reopen=reopen,
-        )
+        answer, claimed = decide_page(self._pages.get(where), **terms)
         if claimed is not None:
             self._pages[where] = claimed
         return answer
 
-    def _leased_page(self, lease: PageLease) -> PageRecord | None:
-        page = self._pages.get((lease.run_id, lease.dataset, lease.offset))
-        if page is None or page.status != "running" or page.lease_id != lease.lease_id:
-            return None
-        return page
-
     async def heartbeat_pages(
-        self, leases: Sequence[PageLease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         await trio.lowlevel.checkpoint()
         expiries: list[float | None] = []
         for lease in leases:
-            page = self._leased_page(lease)
+            page = _leased_page(self._pages, lease)
             if page is None:
                 expiries.append(None)
                 continue
@@ -392,9 +370,11 @@ class MemoryStore:
             expiries.append(expires)
         return expiries
 
-    async def finish_page(self, lease: PageLease, *, attempt: int, failed: int, now: float) -> bool:
+    async def finish_page(
+        self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
+    ) -> bool:
         await trio.lowlevel.checkpoint()
-        page = self._leased_page(lease)
+        page = _leased_page(self._pages, lease)
         if page is None:
             return False
         self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
@@ -407,14 +387,13 @@ class MemoryStore:
         )
         return True
 
-    async def release_page(self, lease: PageLease, *, now: float) -> bool:
+    async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
         await trio.lowlevel.checkpoint()
-        page = self._leased_page(lease)
+        page = _leased_page(self._pages, lease)
         if page is None:
             return False
-        self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
-            page, status="pending", lease_id=None, lease_expires_at=None, owner=None, updated_at=now
-        )
+        released = attrs.evolve(page, **_RELEASED, updated_at=now)
+        self._pages[lease.run_id, lease.dataset, lease.offset] = released
         return True
 
     # -- waits and events ---------------------------------------------------

@@ -10,13 +10,14 @@ same way.
 Every call is one job, a function of a connection, run on a small pool of
 threads that each own a connection: :mod:`trioplay.stores._pg_bridge` says
 why this bridge, and what cancellation and a lost connection do. The
-statements are in :mod:`trioplay.stores._pg_sql`, the jobs in
-:mod:`trioplay.stores._pg_jobs`.
+statements are in :mod:`trioplay.stores._pg_sql`, the jobs (one per store
+operation, named after it) in :mod:`trioplay.stores._pg_jobs`; the class
+hands each operation to its job.
 
 Lookups are by key, and PostgreSQL plans them well only with fresh table
 statistics; a run fills its tables faster than autovacuum analyzes them, so
 the store runs ``ANALYZE`` on a table each time its own inserts have doubled
-it (see ``_Growth``).
+it (see ``Growth``).
 
 Payload columns (JSON text the engine hands over) are stored as ``bytea``
 holding UTF-8: PostgreSQL ``text`` cannot hold the NUL character, and stores
@@ -29,65 +30,39 @@ import math
 import os
 import re
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import psycopg
 import psycopg.conninfo
 import trio
 
-from trioplay import (
-    ClaimOutcome,
-    ClaimRequest,
-    Completion,
-    Failure,
-    Lease,
-    PageClaim,
-    PageLease,
-    Receipt,
-    RunRecord,
-    SheetEntry,
-    SheetRow,
-    StoreError,
-)
+from trioplay import StoreError
 
+from . import _pg_jobs as jobs
+from ._bridge import one_line
 from ._pg_bridge import (
+    Abandoned,
+    Closed,
     Commit,
-    _Abandoned,
-    _Closed,
-    _ConnectionLost,
-    _NoAnswer,
-    _one_line,
-    _Pool,
-    _Unreachable,
-    _Worker,
-    commit_point,
-    transaction,
+    ConnectionLost,
+    NoAnswer,
+    Pool,
+    Unreachable,
+    Worker,
+    connect,
 )
-from ._pg_jobs import (
-    _b,
-    _claim_many,
-    _claim_page,
-    _Contended,
-    _fenced,
-    _Growth,
-    _leases,
-    _migrate,
-    _page_leases,
-    _receipt,
-    _run,
-    _s,
-    _write_rows,
-)
-from ._pg_sql import _CREATE_INCOMING, SCHEMA_VERSION, _Sql
-from ._rules import decide_page
+from ._pg_jobs import Contended, Growth
+from ._pg_sql import CREATE_INCOMING, SCHEMA_VERSION, Sql
+from ._rules import decide_claims, decide_page
+from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from trioplay import RowStatus, RunStatus
+    import trioplay as tp
 
-    from ._pg_bridge import _Conn
+    from ._pg_bridge import Conn
 
 T = TypeVar("T")
 
@@ -170,63 +145,23 @@ class PostgresStore:
         statement_timeout: float | None = None,
         cancel_timeout: float = DEFAULT_CANCEL_TIMEOUT,
     ) -> None:
-        if not _SCHEMA_NAME.fullmatch(schema):
-            raise ValueError(
-                f"bad PostgreSQL schema name {schema!r}: use letters, digits and _"
-                " (at most 63, not starting with a digit)"
-            )
-        if pool_size < 1:
-            raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-        for option, seconds, zero in (
-            ("call_timeout", call_timeout, False),
-            ("cancel_timeout", cancel_timeout, False),
-            ("statement_timeout", statement_timeout, True),
-        ):
-            if seconds is not None and not (
-                math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))
-            ):
-                accepted = "finite seconds of at least 0" if zero else "finite seconds above 0"
-                raise ValueError(f"{option} must be {accepted}, got {seconds!r}")
-        try:
-            params = psycopg.conninfo.conninfo_to_dict(conninfo)
-        except psycopg.Error as exc:
-            # The message of libpq names the fault, never the password.
-            raise ValueError(f"bad PostgreSQL connection string: {exc}") from None
-        for name, (value, env) in _CONNECT_DEFAULTS.items():
-            if name not in params and (env is None or env not in os.environ):
-                params[name] = value
-        _set_statement_timeout(params, statement_timeout)
+        _check_options(schema, pool_size, call_timeout, cancel_timeout, statement_timeout)
+        params = _connection_params(conninfo, statement_timeout)
         self._params: dict[str, Any] = params
-        self._sql = _Sql(schema)
+        self._sql = Sql(schema)
         self._schema = schema
         self._pool_size = pool_size
         self._call_timeout = call_timeout
         self._cancel_timeout = cancel_timeout
         self._url = _display_url(params, schema)
-        self._growth = _Growth()
-        self._fresh_claims = True  # the next claim takes its keys for new first (_claim_many)
-        self._pool: _Pool | None = None
+        self._growth = Growth()
+        self._fresh_claims = True  # the next claim takes its keys for new first (claim_many)
+        self._pool: Pool | None = None
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
         """The store for ``url``; raises ``ValueError`` if it is not a PostgreSQL URL."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("postgresql", "postgres"):
-            raise ValueError("bad PostgreSQL store URL: use postgresql://user@host:port/db")
-        options: dict[str, Any] = {}
-        rest: list[tuple[str, str]] = []
-        for name, value in parse_qsl(parts.query, keep_blank_values=True):
-            kind = _URL_OPTIONS.get(name)
-            if kind is None:
-                rest.append((name, value))
-                continue
-            try:
-                options[name] = kind(value)
-            except ValueError:
-                raise ValueError(f"bad {name} {value!r} in a PostgreSQL URL") from None
-        # Rebuilt by hand: urlunsplit drops the "//" of an empty host (a local socket).
-        query = urlencode(rest)
-        conninfo = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
+        conninfo, options = _split_url(url)
         return cls(conninfo, **options)
 
     @property
@@ -240,9 +175,9 @@ class PostgresStore:
     async def open(self) -> None:
         if self._pool is not None:
             raise StoreError(f"{self.url}: open: the store is already open")
-        self._pool = _Pool(self._pool_size, self._new_worker, cancel_timeout=self._cancel_timeout)
+        self._pool = Pool(self._pool_size, self._new_worker, cancel_timeout=self._cancel_timeout)
         try:
-            await self._call("open", partial(_migrate, self._sql, self._growth, self.url))
+            await self._call("open", partial(jobs.migrate, self._sql, self._growth, self.url))
         except BaseException:
             await self.aclose()
             raise
@@ -253,19 +188,11 @@ class PostgresStore:
             with trio.CancelScope(shield=True):
                 await pool.aclose(timeout=max(1.0, self._cancel_timeout))
 
-    def _new_worker(self) -> _Worker:
-        return _Worker(self._connect, f"trioplay-postgres {self.url}")
+    def _new_worker(self) -> Worker:
+        opener = partial(connect, self._params, CREATE_INCOMING)
+        return Worker(opener, f"trioplay-postgres {self.url}")
 
-    def _connect(self) -> _Conn:
-        conn = psycopg.Connection.connect(**self._params, autocommit=True)
-        try:
-            conn.execute(_CREATE_INCOMING)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    async def _call(self, operation: str, work: Callable[[_Conn], T]) -> T:
+    async def _call(self, operation: str, work: Callable[[Conn], T]) -> T:
         """Run ``work`` on a pooled connection, and name the store in its errors."""
         await trio.lowlevel.checkpoint_if_cancelled()
         pool = self._pool
@@ -274,11 +201,11 @@ class PostgresStore:
         started = trio.current_time()
         try:
             return await pool.run(work, timeout=self._call_timeout)
-        except _Closed:
+        except Closed:
             raise StoreError(f"{self.url}: {operation}: the store is not open") from None
         except StoreError:
             raise
-        except _NoAnswer as exc:
+        except NoAnswer as exc:
             fault = f"no answer from the database within {self._call_timeout:g}s (call_timeout)"
             if exc.stage == "queued":
                 fault += f": all {self._pool_size} connections stayed busy"
@@ -286,261 +213,228 @@ class PostgresStore:
                 fault += ": its connection did not open"
             else:
                 fault += ", the connection was discarded"
-            raise self._error(operation, fault, started, exc.commit) from None
-        except _Unreachable as exc:
-            raise self._error(operation, f"cannot connect: {exc}", started) from exc.cause
-        except _ConnectionLost as exc:
+            raise _error(self.url, operation, fault, started, exc.commit) from None
+        except Unreachable as exc:
+            fault = f"cannot connect: {exc}"
+            raise _error(self.url, operation, fault, started) from exc.cause
+        except ConnectionLost as exc:
             fault = f"connection lost: {exc}"
-            raise self._error(operation, fault, started, exc.commit) from exc.cause
-        except (psycopg.Error, UnicodeError, _Contended, _Abandoned) as exc:
-            raise self._error(operation, _one_line(exc), started) from exc
-
-    def _error(
-        self, operation: str, fault: str, started: float, commit: Commit = None
-    ) -> StoreError:
-        """The error of a failed call: the store, the operation, what went wrong, and when."""
-        elapsed = trio.current_time() - started
-        unknown = commit == "sent"
-        if unknown:
-            fault += (
-                "; the COMMIT was sent but never confirmed, so whether it took effect is"
-                " unknown (rows and receipts it wrote count only once a rerun finds them)"
-            )
-        elif commit == "done":
-            fault += "; it had committed, but its answer never came back"
-        return StoreError(
-            f"{self.url}: {operation}: {fault} (after {elapsed:.2f}s)",
-            store=self.url,
-            operation=operation,
-            elapsed=elapsed,
-            outcome_unknown=unknown,
-        )
+            raise _error(self.url, operation, fault, started, exc.commit) from exc.cause
+        except (psycopg.Error, UnicodeError, Contended, Abandoned) as exc:
+            raise _error(self.url, operation, one_line(exc), started) from exc
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
         self, run_id: str, play: str, input_json: str, *, now: float
-    ) -> RunRecord:
-        now = float(now)
-
-        def work(conn: _Conn) -> RunRecord:
-            with transaction(conn):
-                row = conn.execute(
-                    self._sql.begin_attempt,
-                    (run_id, play, input_json.encode(), now, now),
-                    binary=True,
-                ).fetchone()
-                if row is None:  # another play or input: left as it is, for the caller to refuse
-                    row = conn.execute(self._sql.get_run, (run_id,)).fetchone()
-            assert row is not None
-            return _run(row)
-
-        return await self._call("begin_attempt", work)
+    ) -> tp.RunRecord:
+        begin = partial(jobs.begin_attempt, self._sql, run_id, play, input_json, float(now))
+        return await self._call("begin_attempt", begin)
 
     async def finish_attempt(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        now: float,
-        output_json: str | None = None,
-        error: str | None = None,
-        stats_json: str | None = None,
+        self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]
     ) -> None:
-        def work(conn: _Conn) -> int:
-            params = (status, float(now), _b(output_json), _b(error), _b(stats_json), run_id)
-            commit_point()  # autocommit: the statement commits as it runs
-            return conn.execute(self._sql.finish_attempt, params).rowcount
-
-        if await self._call("finish_attempt", work) != 1:
+        now, *ending = attempt_end(**end)
+        params = (status, float(now), *ending, run_id)
+        if not await self._call("finish_attempt", partial(jobs.finish_attempt, self._sql, params)):
             raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
 
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        def work(conn: _Conn) -> RunRecord | None:
-            row = conn.execute(self._sql.get_run, (run_id,), binary=True).fetchone()
-            return _run(row) if row is not None else None
+    async def get_run(self, run_id: str) -> tp.RunRecord | None:
+        return await self._call("get_run", partial(jobs.get_run, self._sql, run_id))
 
-        return await self._call("get_run", work)
-
-    async def list_runs(self, *, limit: int = 50) -> list[RunRecord]:
-        def work(conn: _Conn) -> list[RunRecord]:
-            rows = conn.execute(self._sql.list_runs, (limit,), binary=True).fetchall()
-            return [_run(row) for row in rows]
-
-        return await self._call("list_runs", work)
+    async def list_runs(self, *, limit: int = 50) -> list[tp.RunRecord]:
+        return await self._call("list_runs", partial(jobs.list_runs, self._sql, limit))
 
     # -- receipts -----------------------------------------------------------
     async def claim_many(
-        self, requests: Sequence[ClaimRequest], *, owner: str, lease_ttl: float, now: float
-    ) -> list[ClaimOutcome]:
+        self, requests: Sequence[tp.ClaimRequest], *, owner: str, lease_ttl: float, now: float
+    ) -> list[tp.ClaimOutcome]:
         if not requests:
             await trio.lowlevel.checkpoint()
             return []
-        work = partial(
-            _claim_many,
-            self._sql,
-            self._growth,
-            list(requests),
-            owner,
-            float(lease_ttl),
-            float(now),
-            self._fresh_claims,
+        decide = partial(decide_claims, owner=owner, lease_ttl=float(lease_ttl), now=float(now))
+        claim = partial(
+            jobs.claim_many, self._sql, self._growth, list(requests), decide, self._fresh_claims
         )
-        outcomes, self._fresh_claims = await self._call("claim_many", work)
+        outcomes, self._fresh_claims = await self._call("claim_many", claim)
         return outcomes
 
     async def heartbeat_many(
-        self, leases: Sequence[Lease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
-        expires = float(now) + float(lease_ttl)
-        work = partial(
-            _fenced, self._sql.heartbeat, (expires, float(now)), _leases(leases), None, True
-        )
-        updated = await self._call("heartbeat_many", work)
-        return [expires if ok else None for ok in updated]
+        renew = partial(jobs.heartbeat_many, self._sql, leases, float(lease_ttl), float(now))
+        return await self._call("heartbeat_many", renew)
 
-    async def complete_many(self, items: Sequence[Completion], *, now: float) -> list[bool]:
-        results = [item.result_json for item in items]
-        shared = (float(now), float(now))
-        work = partial(_fenced, self._sql.complete, shared, _leases(items), results, False)
-        return await self._call("complete_many", work)
+    async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
+        complete = partial(jobs.complete_many, self._sql, items, float(now))
+        return await self._call("complete_many", complete)
 
-    async def fail_many(self, items: Sequence[Failure], *, now: float) -> list[bool]:
-        errors = [item.error_json for item in items]
-        shared = (float(now), float(now))
-        work = partial(_fenced, self._sql.fail, shared, _leases(items), errors, False)
-        return await self._call("fail_many", work)
+    async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
+        return await self._call("fail_many", partial(jobs.fail_many, self._sql, items, float(now)))
 
-    async def release_many(self, leases: Sequence[Lease], *, now: float) -> list[bool]:
-        work = partial(_fenced, self._sql.release, (float(now),), _leases(leases), None, False)
-        return await self._call("release_many", work)
+    async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
+        release = partial(jobs.release_many, self._sql, leases, float(now))
+        return await self._call("release_many", release)
 
-    async def get_many(self, keys: Sequence[str]) -> list[Receipt | None]:
+    async def get_many(self, keys: Sequence[str]) -> list[tp.Receipt | None]:
         if not keys:
             await trio.lowlevel.checkpoint()
             return []
         unique = list(dict.fromkeys(keys))
-
-        def work(conn: _Conn) -> dict[str, Receipt]:
-            rows = conn.execute(self._sql.get_receipts, (unique,), binary=True).fetchall()
-            return {row[0]: _receipt(row) for row in rows}
-
-        found = await self._call("get_many", work)
+        found = await self._call("get_many", partial(jobs.get_many, self._sql, unique))
         return [found.get(key) for key in keys]
 
     async def count_receipts(self, run_id: str) -> dict[str, int]:
-        def work(conn: _Conn) -> dict[str, int]:
-            return dict(conn.execute(self._sql.count_receipts, (run_id,)).fetchall())
-
-        return await self._call("count_receipts", work)
+        return await self._call("count_receipts", partial(jobs.count_receipts, self._sql, run_id))
 
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
-        self, run_id: str, dataset: str, rows: Sequence[SheetRow]
+        self, run_id: str, dataset: str, rows: Sequence[tp.SheetRow]
     ) -> None:
         if not rows:
             await trio.lowlevel.checkpoint()
             return
-        work = partial(_write_rows, self._sql, self._growth, run_id, dataset, list(rows))
-        await self._call("write_terminal_rows", work)
+        write = partial(
+            jobs.write_terminal_rows, self._sql, self._growth, run_id, dataset, list(rows)
+        )
+        await self._call("write_terminal_rows", write)
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
-    ) -> dict[str, SheetEntry]:
+    ) -> dict[str, tp.SheetEntry]:
         if not keys:
             await trio.lowlevel.checkpoint()
             return {}
         unique = list(dict.fromkeys(keys))
-
-        def work(conn: _Conn) -> dict[str, SheetEntry]:
-            rows = conn.execute(self._sql.sheet_status, (run_id, dataset, unique)).fetchall()
-            return {key: SheetEntry(status, attempt) for key, status, attempt in rows}
-
-        return await self._call("sheet_status", work)
+        status = partial(jobs.sheet_status, self._sql, run_id, dataset, unique)
+        return await self._call("sheet_status", status)
 
     async def read_rows(
-        self,
-        run_id: str,
-        dataset: str,
-        *,
-        status: RowStatus | None = None,
-        after_position: int = -1,
-        limit: int = 1000,
-    ) -> list[SheetRow]:
+        self, run_id: str, dataset: str, **query: Unpack[RowQuery]
+    ) -> list[tp.SheetRow]:
+        status, after_position, limit = row_query(**query)
         if limit <= 0:
             await trio.lowlevel.checkpoint()
             return []
-        params: tuple[Any, ...] = (run_id, dataset, after_position)
-        if status is not None:
-            params += (status,)
-        query = self._sql.read_rows if status is None else self._sql.read_rows_by_status
-
-        def work(conn: _Conn) -> list[SheetRow]:
-            rows = conn.execute(query, (*params, limit), binary=True).fetchall()
-            return [
-                SheetRow(key, position, status, data.decode(), _s(error), attempt)
-                for key, position, status, data, error, attempt in rows
-            ]
-
-        return await self._call("read_rows", work)
+        read = partial(jobs.read_rows, self._sql, run_id, dataset, status, after_position, limit)
+        return await self._call("read_rows", read)
 
     async def count_rows(self, run_id: str, dataset: str) -> dict[str, int]:
-        def work(conn: _Conn) -> dict[str, int]:
-            return dict(conn.execute(self._sql.count_rows, (run_id, dataset)).fetchall())
-
-        return await self._call("count_rows", work)
+        return await self._call("count_rows", partial(jobs.count_rows, self._sql, run_id, dataset))
 
     async def list_datasets(self, run_id: str) -> list[str]:
-        def work(conn: _Conn) -> list[str]:
-            rows = conn.execute(self._sql.list_datasets, (run_id,)).fetchall()
-            return [dataset for (dataset,) in rows]
-
-        return await self._call("list_datasets", work)
+        return await self._call("list_datasets", partial(jobs.list_datasets, self._sql, run_id))
 
     # -- page leases --------------------------------------------------------
     async def claim_page(
-        self,
-        run_id: str,
-        dataset: str,
-        offset: int,
-        *,
-        owner: str,
-        lease_ttl: float,
-        now: float,
-        takeover_lease: str | None = None,
-        reopen: bool = False,
-    ) -> PageClaim:
-        decide = partial(
-            decide_page,
-            owner=owner,
-            lease_ttl=float(lease_ttl),
-            now=float(now),
-            takeover_lease=takeover_lease,
-            reopen=reopen,
-        )
-        work = partial(_claim_page, self._sql, (run_id, dataset, offset), float(now), decide)
-        return await self._call("claim_page", work)
+        self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
+    ) -> tp.PageClaim:
+        # Floats, as the columns are: psycopg sends an int as an integer.
+        terms["lease_ttl"] = float(terms["lease_ttl"])
+        terms["now"] = now = float(terms["now"])
+        decide = partial(decide_page, **terms)
+        claim = partial(jobs.claim_page, self._sql, (run_id, dataset, offset), now, decide)
+        return await self._call("claim_page", claim)
 
     async def heartbeat_pages(
-        self, leases: Sequence[PageLease], *, lease_ttl: float, now: float
+        self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
-        expires = float(now) + float(lease_ttl)
-        shared = (expires, float(now))
-        work = partial(_fenced, self._sql.heartbeat_pages, shared, _page_leases(leases), None, True)
-        updated = await self._call("heartbeat_pages", work)
-        return [expires if ok else None for ok in updated]
+        renew = partial(jobs.heartbeat_pages, self._sql, leases, float(lease_ttl), float(now))
+        return await self._call("heartbeat_pages", renew)
 
-    async def finish_page(self, lease: PageLease, *, attempt: int, failed: int, now: float) -> bool:
-        shared = (attempt, failed, float(now))
-        work = partial(_fenced, self._sql.finish_page, shared, _page_leases([lease]), None, False)
-        [finished] = await self._call("finish_page", work)
-        return finished
+    async def finish_page(
+        self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
+    ) -> bool:
+        finish = partial(jobs.finish_page, self._sql, lease, attempt, failed, float(now))
+        return await self._call("finish_page", finish)
 
-    async def release_page(self, lease: PageLease, *, now: float) -> bool:
-        work = partial(
-            _fenced, self._sql.release_page, (float(now),), _page_leases([lease]), None, False
+    async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
+        release = partial(jobs.release_page, self._sql, lease, float(now))
+        return await self._call("release_page", release)
+
+
+def _error(
+    url: str, operation: str, fault: str, started: float, commit: Commit = None
+) -> StoreError:
+    """The error of a failed call: the store, the operation, what went wrong, and when."""
+    elapsed = trio.current_time() - started
+    unknown = commit == "sent"
+    if unknown:
+        fault += (
+            "; the COMMIT was sent but never confirmed, so whether it took effect is"
+            " unknown (rows and receipts it wrote count only once a rerun finds them)"
         )
-        [released] = await self._call("release_page", work)
-        return released
+    elif commit == "done":
+        fault += "; it had committed, but its answer never came back"
+    return StoreError(
+        f"{url}: {operation}: {fault} (after {elapsed:.2f}s)",
+        store=url,
+        operation=operation,
+        elapsed=elapsed,
+        outcome_unknown=unknown,
+    )
+
+
+def _check_options(
+    schema: str,
+    pool_size: int,
+    call_timeout: float,
+    cancel_timeout: float,
+    statement_timeout: float | None,
+) -> None:
+    """Refuse, with ``ValueError``, options the store cannot work with."""
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(
+            f"bad PostgreSQL schema name {schema!r}: use letters, digits and _"
+            " (at most 63, not starting with a digit)"
+        )
+    if pool_size < 1:
+        raise ValueError(f"pool_size must be at least 1, got {pool_size}")
+    for option, seconds, zero in (
+        ("call_timeout", call_timeout, False),
+        ("cancel_timeout", cancel_timeout, False),
+        ("statement_timeout", statement_timeout, True),
+    ):
+        if seconds is not None and not (
+            math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))
+        ):
+            accepted = "finite seconds of at least 0" if zero else "finite seconds above 0"
+            raise ValueError(f"{option} must be {accepted}, got {seconds!r}")
+
+
+def _connection_params(conninfo: str, statement_timeout: float | None) -> dict[str, Any]:
+    """libpq's parameters: the connection string's, the store's defaults, the timeout."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error as exc:
+        # The message of libpq names the fault, never the password.
+        raise ValueError(f"bad PostgreSQL connection string: {exc}") from None
+    for name, (value, env) in _CONNECT_DEFAULTS.items():
+        if name not in params and (env is None or env not in os.environ):
+            params[name] = value
+    _set_statement_timeout(params, statement_timeout)
+    return params
+
+
+def _split_url(url: str) -> tuple[str, dict[str, Any]]:
+    """A store URL as libpq's connection string and the store's own options."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError("bad PostgreSQL store URL: use postgresql://user@host:port/db")
+    options: dict[str, Any] = {}
+    rest: list[tuple[str, str]] = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        kind = _URL_OPTIONS.get(name)
+        if kind is None:
+            rest.append((name, value))
+            continue
+        try:
+            options[name] = kind(value)
+        except ValueError:
+            raise ValueError(f"bad {name} {value!r} in a PostgreSQL URL") from None
+    # Rebuilt by hand: urlunsplit drops the "//" of an empty host (a local socket).
+    query = urlencode(rest)
+    conninfo = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
+    return conninfo, options
 
 
 def _set_statement_timeout(params: dict[str, Any], seconds: float | None) -> None:

@@ -22,7 +22,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from benchmarks import latency, peers, plot
+from benchmarks import latency, peers, plot, scenarios
 from benchmarks.throughput import CONTENDERS
 
 from .test_postgres import DSN, require_postgres
@@ -69,6 +69,16 @@ def test_scaling_shares_one_run_between_processes_on_both_stores() -> None:
         for processes in (1, 2, 4):
             assert f"  {store:13s} {processes} process(es) " in out, (store, processes, out)
     assert "rows per process [2000]" in out, out
+
+
+def test_scenarios_times_a_scenario_from_the_command_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = scenarios.run(rounds=1, save=False, names=("slow-body",))
+    out = capsys.readouterr().out
+    assert re.search(r"^  slow-body +[\d.]+s +[\d.]+s$", out, re.M), out
+    assert "target: every scenario < 2 s: worst " in out
+    assert list(result["results"]) == ["slow-body"]
 
 
 # -- the benchmarks of issue 15, in short form --------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,8 @@ from trioplay._runtime import default_run_id
 from trioplay.stores.memory import MemoryStore
 
 from .support import CountingTool, find_email, leads, registry
+
+FROZEN = 10.0  # real seconds of idleness before a MockClock jumps: never, in a passing test
 
 
 def runtime_tasks() -> set[trio.lowlevel.Task]:
@@ -33,16 +34,21 @@ def runtime_tasks() -> set[trio.lowlevel.Task]:
 
 
 class HangAfter:
-    """Answers the first ``n`` distinct rows at once, hangs on the rest."""
+    """Answers the first ``n`` distinct rows at once, hangs on the rest.
+
+    ``hanging`` is set when the first call hangs.
+    """
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.active = 0
+        self.hanging = trio.Event()
 
     async def __call__(self, input: dict[str, Any], call: trioplay.ToolCall) -> Any:
         self.active += 1
         try:
             if int(input["id"]) >= self.n:
+                self.hanging.set()
                 await trio.sleep_forever()
             return {"ok": input["id"]}
         finally:
@@ -51,8 +57,14 @@ class HangAfter:
 
 @pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
 async def test_cancelled_run_returns_fast_and_leaves_nothing(
-    store_kind: str, tmp_path: Path
+    store_kind: str, tmp_path: Path, mock_clock: trio.testing.MockClock
 ) -> None:
+    # "Fast", on a clock that stops at the cancel: until then it runs as
+    # fast as the real one; from then on it moves only after ten real
+    # seconds with nothing to do. So a timer the cancelled run waited for
+    # (a cleanup timeout, a flush interval) shows as elapsed time, however
+    # slowly a busy machine ran the cleanup itself (SQLite's thread too).
+    mock_clock.rate = 1.0
     store: Any = MemoryStore() if store_kind == "memory" else f"sqlite:///{tmp_path}/c.db"
     tool = HangAfter(300)
     reported: list[int] = []
@@ -89,12 +101,14 @@ async def test_cancelled_run_returns_fast_and_leaves_nothing(
 
             nursery.start_soon(run)
             await enough_committed.wait()
-            await trio.sleep(0.2)  # the hung calls are in flight now
+            await tool.hanging.wait()
             assert tool.active > 0
-            cancelled_at = time.monotonic()
+            mock_clock.rate = 0.0
+            mock_clock.autojump_threshold = FROZEN
+            cancelled_at = trio.current_time()
             scope.cancel()
-        elapsed = time.monotonic() - cancelled_at
-        assert elapsed < 1.0
+        elapsed = trio.current_time() - cancelled_at
+        assert elapsed < limits.writer_max_flush
         assert scope.cancelled_caught
         assert tool.active == 0
         assert runtime_tasks() == before
@@ -113,15 +127,21 @@ async def test_cancelled_runtime_closes_the_sqlite_thread(tmp_path: Path) -> Non
     import threading
 
     threads = set(threading.enumerate())
+    playing = trio.Event()
 
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        playing.set()
         await trio.sleep_forever()
 
-    with trio.move_on_after(0.2):
+    with trio.CancelScope() as scope:
         async with trioplay.open_runtime(store=f"sqlite:///{tmp_path}/t.db") as rt:
-            await rt.run(play, {})
-    await trio.sleep(0.05)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(rt.run, play, {})
+                await playing.wait()
+                assert {t for t in threading.enumerate() if t.is_alive()} - threads
+                scope.cancel()
+    # The runtime joined its thread before it returned.
     assert {t for t in threading.enumerate() if t.is_alive()} - threads == set()
 
 

@@ -12,11 +12,13 @@ page shows (issue 25, acceptance 5): see the second half of this file.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,15 +89,31 @@ def _section_of(command: str) -> str:
     return title
 
 
+@functools.cache
+def _every_help() -> dict[tuple[str, ...], subprocess.CompletedProcess[str]]:
+    """Every command's ``--help``, the real entry point in a subprocess each, all at once.
+
+    The processes start together: a process's start-up is most of what a
+    ``--help`` costs, and they overlap on the machine's cores.
+    """
+    commands = [(), *((group,) for group in GROUPS), *(tuple(c.split()) for c in COMMANDS)]
+
+    def one(command: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(TRIOPLAY), *command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT,
+            check=False,
+            env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"},
+        )
+
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        return dict(zip(commands, pool.map(one, commands), strict=True))
+
+
 def _help(*command: str) -> str:
-    done = subprocess.run(
-        [str(TRIOPLAY), *command, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-        check=False,
-        env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"},
-    )
+    done = _every_help()[command]
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -314,15 +332,14 @@ class Session:
         )
 
 
-@pytest.mark.parametrize("page", RUN_DOCS)
-def test_the_commands_of_the_page_do_what_it_shows(page: str, tmp_path: Path) -> None:
-    session = Session(tmp_path)
+def _run_page(page: str, folder: Path) -> None:
+    session = Session(folder)
     blocks = _blocks((REPO / page).read_text(encoding="utf-8"))
     ran = 0
     for block in blocks:
         where = f"{page}:{block.line}"
         if block.mark == "file":
-            (tmp_path / block.argument).write_text("\n".join(block.lines) + "\n")
+            (folder / block.argument).write_text("\n".join(block.lines) + "\n")
         elif block.mark == "output of":  # the end of what the command prints
             session.check(where, block.argument, ["...", *block.lines], any_order=False)
             ran += 1
@@ -333,6 +350,33 @@ def test_the_commands_of_the_page_do_what_it_shows(page: str, tmp_path: Path) ->
                 session.check(where, command, shown, any_order=block.mark == "any order")
                 ran += 1
     assert ran, f"{page} has no command to run"
+
+
+@pytest.fixture(scope="module")
+def pages_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, BaseException | None]:
+    """Every page's session, the pages side by side (each page's commands in order).
+
+    What each page's session raised, or None: each page's test reports its own.
+    """
+
+    def one(page: str) -> BaseException | None:
+        try:
+            _run_page(page, tmp_path_factory.mktemp(Path(page).stem))
+        except BaseException as exc:
+            return exc
+        return None
+
+    with ThreadPoolExecutor(max_workers=len(RUN_DOCS)) as pool:
+        return dict(zip(RUN_DOCS, pool.map(one, RUN_DOCS), strict=True))
+
+
+@pytest.mark.parametrize("page", RUN_DOCS)
+def test_the_commands_of_the_page_do_what_it_shows(
+    page: str, pages_run: dict[str, BaseException | None]
+) -> None:
+    failed = pages_run[page]
+    if failed is not None:
+        raise failed
 
 
 def test_every_page_with_commands_is_run() -> None:

@@ -37,6 +37,8 @@ tools = trioplay.ToolRegistry()
 
 @tools.tool("finder")
 async def finder(input, call):
+    if int(input["domain"][1:].split(".")[0]) >= 1000:
+        await trio.sleep_forever()  # the run cannot end before the cut
     await trio.sleep(0.005)
     return f"info@{input['domain']}"
 
@@ -96,7 +98,9 @@ async def test_a_cut_shows_the_write_that_failed_once(
             ended.set()
 
         nursery.start_soon(run)
-        # Cut once rows are being written (read straight from the server).
+        # Cut once rows are being written (read straight from the server);
+        # the rows past the first 1,000 wait for the cut, however slowly
+        # this loop polls on a busy machine.
         while not ended.is_set():
             if await trio.to_thread.run_sync(_committed, schema) >= 300:
                 break

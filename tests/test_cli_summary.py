@@ -290,11 +290,22 @@ def test_a_warning_repeated_per_call_is_said_once_with_a_count(tmp_path: Path) -
 
 
 STALLS = """
-import trio, trioplay
+import logging, trio, trioplay
+
+
+class Stalls(logging.Handler):
+    seen = 0
+
+    def emit(self, record):
+        Stalls.seen += 1
+
+
+logging.getLogger("trioplay.stall").addHandler(Stalls())
 
 
 async def stuck(row, rc):
-    await trio.sleep(1.2)
+    while Stalls.seen < 2:  # stuck until two stall lines were said, however long that takes
+        await trio.sleep(0.05)
     return row["k"]
 
 

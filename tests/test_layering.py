@@ -166,3 +166,47 @@ def test_the_newcomer_table_names_five_changes_and_rooms_that_exist() -> None:
             for symbol in re.findall(r"`([\w.]+)`", symbols):
                 last = symbol.split(".")[-1]
                 assert re.search(rf"\b(class|def) {last}\b", source), f"{file}: no {symbol}"
+
+
+# The SQL stores: one shape each, seams in the open, no class too large to read.
+SQL_STORES = {"sqlite": "_sqlite", "postgres": "_pg"}
+MAX_CLASS_LINES = 300
+
+
+@pytest.mark.parametrize("store", sorted(SQL_STORES))
+def test_each_sql_store_is_a_class_its_jobs_its_sql_and_its_bridge(store: str) -> None:
+    folder = PACKAGES["trioplay.stores"]
+    prefix = SQL_STORES[store]
+    parts = {path.stem for path in folder.glob(f"{prefix}_*.py")}
+    assert parts == {f"{prefix}_jobs", f"{prefix}_sql", f"{prefix}_bridge"}
+    # The class hands each operation to its job: it runs no SQL of its own.
+    source = (folder / f"{store}.py").read_text(encoding="utf-8")
+    assert ".execute(" not in source, f"stores/{store}.py runs a statement itself"
+    # Both bridges use the shared job states and hand-back.
+    assert "trioplay.stores._bridge" in _imports(
+        f"trioplay.stores.{prefix}_bridge", folder / f"{prefix}_bridge.py"
+    )
+
+
+def test_store_modules_import_only_public_names_from_each_other() -> None:
+    modules = _modules("trioplay.stores")
+    private = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                for alias in node.names:
+                    submodule = f"trioplay.stores.{alias.name}"
+                    if alias.name.startswith("_") and submodule not in modules:
+                        private.append(f"{module}: {alias.name} from .{node.module or ''}")
+    assert private == []
+
+
+def test_no_class_in_stores_is_over_300_lines() -> None:
+    large = []
+    for module, path in _modules("trioplay.stores").items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    large.append(f"{module}.{node.name}: {lines} lines")
+    assert large == []

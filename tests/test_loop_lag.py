@@ -93,9 +93,11 @@ async def test_a_resolver_blocking_the_real_loop_is_seen() -> None:
         limits=trioplay.Limits(loop_lag_threshold=0.1),
     ) as rt:
         await rt.run(_play(resolver), {}, run_id="r")
-    [lag] = [e for e in events if e.type == "loop.lag"]
-    assert lag.data["lag_ms"] >= 250
-    assert lag.data["threshold_ms"] == 100
+    # A busy machine may lag the loop past 0.1 s elsewhere too: the blocking
+    # resolver's lag is the one of at least 0.25 s.
+    lags = [e for e in events if e.type == "loop.lag"]
+    assert max(lag.data["lag_ms"] for lag in lags) >= 250, lags
+    assert {lag.data["threshold_ms"] for lag in lags} == {100}
 
 
 async def test_the_watchdog_is_gone_with_its_run(autojump_clock: trio.testing.MockClock) -> None:

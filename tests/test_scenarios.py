@@ -147,7 +147,6 @@ def test_a_scenario_tells_its_story_the_same_way_twice(name: str) -> None:
     again = _run(name)
     assert again.events_jsonl() == first.events_jsonl()
     assert again.stall_log() == first.stall_log()
-    assert first.wall_seconds < 2
 
 
 @pytest.mark.parametrize("name", [s.name for s in BUILT_IN if s.seeded])

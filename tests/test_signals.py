@@ -49,7 +49,7 @@ async def slow(input, call):
         if {stubborn!r}:
             with trio.CancelScope(shield=True):
                 pathlib.Path({cleaning!r}).touch()
-                await trio.sleep(60)
+                await trio.sleep(3600)
 
 async def resolve(row, rc):
     return await rc.tool("slow", row)
@@ -111,11 +111,10 @@ def stored(tmp_path: Path) -> tuple[str, dict[str, int]]:
 def test_a_signal_cancels_the_run_like_a_cancel_scope(
     tmp_path: Path, signum: signal.Signals, code: int
 ) -> None:
+    # The run hangs until the signal: that it ends at all is the signal's doing.
     proc = start_hanging_run(tmp_path)
-    sent = time.monotonic()
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=TIMEOUT)
-    assert time.monotonic() - sent < 3.0
     assert proc.returncode == code, err
     assert "run h: cancelled (play hang, attempt 1)" in out  # the summary, as after any run
     assert "interrupted: run h stopped; the same command resumes it" in err
@@ -127,14 +126,13 @@ def test_a_signal_cancels_the_run_like_a_cancel_scope(
 
 
 def test_a_second_signal_during_the_cleanup_exits_at_once(tmp_path: Path) -> None:
-    # The tool holds up the cancellation for a minute (a shielded cleanup).
+    # The tool holds up the cancellation for an hour (a shielded cleanup):
+    # the process exits within TIMEOUT only by the second signal.
     proc = start_hanging_run(tmp_path, stubborn=True)
     proc.send_signal(signal.SIGINT)
     wait_for(tmp_path / "cleaning", proc)
-    sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=TIMEOUT)
-    assert time.monotonic() - sent < 3.0
     assert proc.returncode == 130, err
     assert "exiting at once" in err
     status, _ = stored(tmp_path)
@@ -142,14 +140,25 @@ def test_a_second_signal_during_the_cleanup_exits_at_once(tmp_path: Path) -> Non
     assert status == "running"
 
 
-def test_runs_interrupted_at_random_points_leave_a_sound_store() -> None:
-    """The short form of ``python -m benchmarks sigint`` (the full one: docs/durability.md)."""
+def test_runs_interrupted_at_random_points_leave_a_sound_store(tmp_path: Path) -> None:
+    """The short form of ``python -m benchmarks sigint`` (the full one: docs/durability.md).
+
+    Sound, not clean: how soon a process exits after its signal is the
+    benchmark's to measure (on a busy machine it is slower, not wrong). Where
+    the random delays land depends on the machine's speed; one more trial
+    signals the run once 200 calls were paid, so one signal surely lands in
+    a run that had begun.
+    """
     report = sigint_trials.run(6, rows=1_500, seed=11, window=(0.3, 0.95), quiet=True)
     text = "\n".join(report.lines())
-    assert report.clean, text
+    assert report.sound, text
     stopped = [trial for trial in report.trials if trial.cancelled_run]
-    assert stopped, text  # some signal landed in a run (not at start-up, nor after the end)
     assert all(trial.exit_code == 130 for trial in stopped), text
+    midway = sigint_trials.trial(
+        tmp_path / "midway", 1_500, 0.0, signal.SIGINT, "cli", after_paid=200
+    )
+    assert midway.sound, midway
+    assert (midway.cancelled_run, midway.exit_code) == (True, 130), midway
 
 
 def test_runs_terminated_at_random_points_leave_a_sound_store() -> None:
@@ -157,7 +166,7 @@ def test_runs_terminated_at_random_points_leave_a_sound_store() -> None:
         3, rows=1_500, seed=12, signum=signal.SIGTERM, window=(0.3, 0.95), quiet=True
     )
     text = "\n".join(report.lines())
-    assert report.clean, text
+    assert report.sound, text
     assert all(trial.exit_code == 143 for trial in report.trials if trial.cancelled_run), text
 
 

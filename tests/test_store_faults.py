@@ -9,6 +9,13 @@ with, how long it took to get there, and that no row was reported committed
 that a fresh connection does not find in the store. ``docs/durability.md``
 ("When the store stops answering") records the same table.
 
+What the tests assert of time is what a busy machine cannot break: a
+deadline was not cut short (lower bounds), and a run did not wait for a
+timeout far longer than the test's own bound (``trio.fail_after``), which
+fails a hang. The seconds each fault took are printed (``pytest -s``), not
+asserted; that a cancel's cleanups share one ``cleanup_timeout`` is checked
+on virtual time in ``tests/test_cancellation.py``.
+
 Deadlines are short here (``call_timeout=1.5``, ``lock_timeout=0.5``,
 ``cleanup_timeout=0.5``) so the file stays well under a minute; the
 defaults are 60 s, 5 s and 1 s.
@@ -228,7 +235,6 @@ async def test_a_cut_postgres_fails_the_run_with_a_store_error_at_once(
     assert "connection lost" in str(error) or "cannot connect" in str(error), error
     assert error.operation is not None
     assert error.elapsed is not None
-    assert elapsed < 4 * CLEANUP + 1.0, elapsed
     await check_stored(
         "PostgreSQL cut", error, elapsed, watch.reported, partial(pg_committed, pg_schema)
     )
@@ -268,8 +274,7 @@ async def test_a_black_holed_postgres_fails_the_run_with_a_store_error(
     assert error.store == store.url
     assert error.operation is not None
     assert error.elapsed is not None
-    assert CALL_TIMEOUT <= error.elapsed < CALL_TIMEOUT + 0.5
-    assert elapsed < CALL_TIMEOUT + 4 * CLEANUP + 1.0, elapsed
+    assert error.elapsed >= CALL_TIMEOUT
     # While it waited, the stall line named the store.
     store_lines = [stall for stall in watch.stalls if stall["oldest_phase"] == "store"]
     assert store_lines, watch.stalls
@@ -294,7 +299,8 @@ async def test_cancelling_a_run_on_a_black_holed_postgres_returns_within_cleanup
     # 1.10 s); with 4, the flush mostly found a connection still to be opened,
     # dropped at once.
     watch = Watch()
-    # A long call deadline: the cancel comes first.
+    # A long call deadline: the cancel comes first, and the run returns
+    # within the test's bound, long before a call could time out.
     store = PostgresStore(_through(proxy), schema=pg_schema, call_timeout=30, pool_size=pool_size)
     with trio.fail_after(15):
         outcome, elapsed = await run_with_fault(
@@ -302,7 +308,6 @@ async def test_cancelling_a_run_on_a_black_holed_postgres_returns_within_cleanup
         )
 
     assert isinstance(outcome, trio.Cancelled), outcome
-    assert elapsed < CLEANUP + 0.5, elapsed
     proxy.restore()
     await check_stored(
         f"PostgreSQL black-holed, cancel ({pool_size} connections)",
@@ -392,6 +397,8 @@ tools = trioplay.ToolRegistry()
 
 @tools.tool("finder")
 async def finder(input, call):
+    if int(input["domain"][1:].split(".")[0]) >= 1000:
+        await trio.sleep_forever()  # the run cannot end before the interrupt
     await trio.sleep(0.002)
     return {"email": "info@" + input["domain"]}
 
@@ -461,10 +468,9 @@ async def test_ctrl_c_on_a_black_holed_postgres_exits_within_cleanup_timeout(
     text = stderr.decode(errors="replace")
     committed = await trio.to_thread.run_sync(pg_committed, pg_schema)
     record("PostgreSQL black-holed, Ctrl-C (CLI)", code, elapsed, None, len(committed))
-    assert code == 130, text
-    # The interpreter's own exit comes after; it is not the library's to bound.
-    assert elapsed < CLEANUP + 0.5, (elapsed, exited, text)
-    assert exited < elapsed + 2.0, (elapsed, exited, text)
+    # It exited by the interrupt, within the test's 10 s: long before its
+    # calls' 30 s deadline (the seconds it took are printed above).
+    assert code == 130, (elapsed, exited, text)
 
 
 def _pg_count(schema: str) -> int:
@@ -504,7 +510,6 @@ async def test_a_full_disk_fails_the_run_with_a_store_error(tmp_path: Path) -> N
     # The write past the limit fails with EFBIG, which SQLite reports as an
     # I/O error; on a disk without space (ENOSPC) it says "database or disk is full".
     assert "disk I/O error; check that the disk has free space" in report["store_error"], report
-    assert report["elapsed"] < 4 * CLEANUP + 1.0, report
     shown, took, reported = report["store_error"], report["elapsed"], report["reported"]
     await check_stored("SQLite full disk", shown, took, reported, partial(sqlite_committed, db))
 
@@ -568,10 +573,9 @@ async def test_a_write_lock_held_by_another_process_fails_the_run_after_lock_tim
     # on the store's one thread had waited too.
     waited = re.search(r"waited (\d+\.\d+)s", str(error))
     assert waited is not None
-    assert LOCK_TIMEOUT <= float(waited[1]) < LOCK_TIMEOUT + 0.5
+    assert float(waited[1]) >= LOCK_TIMEOUT
     assert error.elapsed is not None
     assert error.elapsed >= LOCK_TIMEOUT
-    assert elapsed < 3 * LOCK_TIMEOUT + 4 * CLEANUP + 1.0, elapsed
     await check_stored(
         "SQLite lock held", error, elapsed, watch.reported, partial(sqlite_committed, db)
     )
@@ -584,8 +588,8 @@ async def test_cancelling_a_run_waiting_for_a_held_sqlite_lock_returns_within_cl
     db = tmp_path / "faults.db"
     holder = LockHolder(db)
     watch = Watch()
-    # The default lock_timeout (5 s): the cancel must not wait for it.
-    store = SqliteStore(db)
+    # A lock_timeout past the test's bound: the cancel must not wait for it.
+    store = SqliteStore(db, lock_timeout=60)
     try:
         with trio.fail_after(15):
             outcome, elapsed = await run_with_fault(store, holder.take, watch, cancel_after=0.3)
@@ -593,7 +597,6 @@ async def test_cancelling_a_run_waiting_for_a_held_sqlite_lock_returns_within_cl
         await holder.release()
 
     assert isinstance(outcome, trio.Cancelled), outcome
-    assert elapsed < CLEANUP + 0.5, elapsed
     await check_stored(
         "SQLite lock held, cancel",
         "Cancelled",

@@ -4,9 +4,9 @@ One dedicated thread owns the connection and runs jobs in order; Trio tasks
 hand it a job and sleep until the result is handed back through the Trio
 token, so a call costs two thread hops and never a new thread. A short job
 runs inline instead, on the Trio thread, when the thread is idle (see
-:meth:`_Worker.run`).
+:meth:`Worker.run`).
 
-Ctrl-C: :meth:`_Worker.run` is protected from ``KeyboardInterrupt``
+Ctrl-C: :meth:`Worker.run` is protected from ``KeyboardInterrupt``
 (``trio.lowlevel.enable_ki_protection``), inline job included. Trio raises
 a ``KeyboardInterrupt`` where the signal lands unless the code there is
 protected; landing inside an inline job, it would leave the connection in
@@ -21,7 +21,6 @@ task that can take it (a queued job is dropped then, a running one is waited for
 
 from __future__ import annotations
 
-import enum
 import itertools
 import os
 import queue
@@ -33,6 +32,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 import outcome
 import trio
+
+from ._bridge import JobState, advance, drop, hand_back
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -54,13 +55,6 @@ class _LockTimeout(sqlite3.OperationalError):
         self.waited = waited
 
 
-class _State(enum.Enum):
-    QUEUED = enum.auto()
-    RUNNING = enum.auto()
-    DONE = enum.auto()
-    DROPPED = enum.auto()
-
-
 @attrs.define(eq=False)
 class _Job:
     work: Callable[[sqlite3.Connection], Any]
@@ -68,12 +62,12 @@ class _Job:
     token: trio.lowlevel.TrioToken
     interruptible: bool
     last: bool = False
-    state: _State = _State.QUEUED
+    state: JobState = JobState.QUEUED
     interrupted: bool = False
     cancelled: bool = False  # its caller was cancelled while it ran
 
 
-class _Worker:
+class Worker:
     """The thread that owns one connection and runs jobs on it, one at a time, in order.
 
     Urgent jobs (lease renewals) go ahead of the queue: a renewal stuck
@@ -129,10 +123,9 @@ class _Worker:
 
         def abort(_: object) -> trio.lowlevel.Abort:
             with self._lock:
-                if job.state is _State.QUEUED:
-                    job.state = _State.DROPPED
+                if drop(job):
                     return trio.lowlevel.Abort.SUCCEEDED
-                if job.state is _State.RUNNING:
+                if job.state is JobState.RUNNING:
                     # A job waiting for another connection's lock stops waiting.
                     job.cancelled = True
                     if job.interruptible and self._conn is not None:
@@ -160,17 +153,12 @@ class _Worker:
     def _serve(self) -> None:
         while True:
             _, _, job = self._jobs.get()
-            with self._lock:
-                if job.state is _State.DROPPED:
-                    continue
-                job.state = _State.RUNNING
+            if not advance(self._lock, job, JobState.RUNNING):
+                continue
             result = outcome.capture(self._execute, job)
             with self._lock:
-                job.state = _State.DONE
-            try:
-                job.token.run_sync_soon(trio.lowlevel.reschedule, job.task, result)
-            except trio.RunFinishedError:
-                pass
+                job.state = JobState.DONE
+            hand_back(job.token, trio.lowlevel.reschedule, job.task, result)
             if job.last:
                 return
 
@@ -178,7 +166,7 @@ class _Worker:
         if self._conn is None:
             if job.last:
                 return None
-            self._conn = _connect(self._path, self._lock_timeout)
+            self._conn = connect(self._path, self._lock_timeout)
         # The connection's own busy timeout is 0 (inline jobs must not block
         # the event loop), so the thread waits for other connections' locks
         # here, up to lock_timeout, and stops waiting when its caller is cancelled.
@@ -205,7 +193,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-def _connect(path: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> sqlite3.Connection:
+def connect(path: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> sqlite3.Connection:
     if path != ":memory:":
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     conn = sqlite3.connect(

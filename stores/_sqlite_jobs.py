@@ -1,0 +1,357 @@
+"""The SQLite store's jobs: each a function of the connection, run in one transaction.
+
+A job is named after the store operation it does and takes that operation's
+arguments, then the connection; :class:`trioplay.stores.sqlite.SqliteStore`
+hands it to its thread (:mod:`trioplay.stores._sqlite_bridge`), which runs it
+there or inline. The statements are in :mod:`trioplay.stores._sqlite_sql`,
+the decisions in :mod:`trioplay.stores._rules`.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from trioplay import Claimed, Receipt, RunRecord, SheetEntry, SheetRow, StoreError
+
+from ._columns import (
+    PAGE_COLUMNS,
+    RECEIPT_COLUMNS,
+    RUN_COLUMNS,
+    SHEET_COLUMNS,
+    page_values,
+    receipt_values,
+)
+from ._rules import PageRecord, decide_claims, lease_ids, page_key, renewed
+from ._sqlite_sql import (
+    BEGIN_ATTEMPT,
+    COMPLETE,
+    FAIL,
+    FINISH_ATTEMPT,
+    FINISH_PAGE,
+    HEARTBEAT,
+    HEARTBEAT_PAGE,
+    INSERT_FRESH,
+    INSERT_NEW_ROWS,
+    MIGRATIONS,
+    RELEASE,
+    RELEASE_PAGE,
+    SCHEMA_VERSION,
+    UPSERT_CLAIMED,
+    UPSERT_ROWS,
+    rows_in,
+)
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Callable, Iterator, Sequence
+
+    import trioplay as tp
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
+    conn.execute(begin)
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def migrate(conn: sqlite3.Connection, *, url: str) -> None:
+    with transaction(conn):
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+        version = row[0] or 0
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{url}: open: the database has schema version {version}, newer than"
+                f" {SCHEMA_VERSION} which this trioplay understands; upgrade trioplay"
+            )
+        for statements in MIGRATIONS[version:]:
+            for statement in statements:
+                conn.execute(statement)
+        if version < SCHEMA_VERSION:
+            conn.execute("DELETE FROM schema_version")
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+
+
+# -- jobs: each runs on the worker thread, in one transaction ------------------
+
+
+def begin_attempt(
+    run_id: str, play: str, input_json: str, now: float, conn: sqlite3.Connection
+) -> RunRecord:
+    with transaction(conn):
+        stored = get_run(run_id, conn)
+        if stored is not None and (stored.play, stored.input_json) != (play, input_json):
+            return stored  # another play or input: the caller refuses the run id
+        attempt, created_at = (stored.attempt + 1, stored.created_at) if stored else (1, now)
+        conn.execute(BEGIN_ATTEMPT, (run_id, play, input_json, attempt, created_at, now))
+    return RunRecord(run_id, play, input_json, "running", attempt, created_at, now)
+
+
+def finish_attempt(params: tuple[Any, ...], conn: sqlite3.Connection) -> bool:
+    """Whether the run was there to finish; ``params`` as :data:`FINISH_ATTEMPT` takes them."""
+    with transaction(conn):
+        cursor = conn.execute(FINISH_ATTEMPT, params)
+    return cursor.rowcount == 1
+
+
+def get_run(run_id: str, conn: sqlite3.Connection) -> RunRecord | None:
+    row = conn.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    return RunRecord(*row) if row is not None else None
+
+
+def list_runs(limit: int, conn: sqlite3.Connection) -> list[RunRecord]:
+    rows = conn.execute(
+        f"SELECT {RUN_COLUMNS} FROM runs ORDER BY updated_at DESC, rowid DESC LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [RunRecord(*row) for row in rows]
+
+
+def _select_receipts(keys: Sequence[str], conn: sqlite3.Connection) -> dict[str, Receipt]:
+    select = f"SELECT {RECEIPT_COLUMNS} FROM receipts WHERE key IN "
+    rows = rows_in(conn, select, (), list(dict.fromkeys(keys)))
+    return {row[0]: Receipt(*row) for row in rows}
+
+
+def get_many(keys: Sequence[str], conn: sqlite3.Connection) -> dict[str, Receipt]:
+    # A read transaction, so that every chunk sees the same snapshot.
+    with transaction(conn, "BEGIN"):
+        return _select_receipts(keys, conn)
+
+
+class _Fallback(Exception):
+    """A batch's fast way does not fit it (a lease not ours, a key not new): roll back."""
+
+
+def claim_many(
+    requests: Sequence[tp.ClaimRequest],
+    owner: str,
+    lease_ttl: float,
+    now: float,
+    fresh: bool,
+    conn: sqlite3.Connection,
+) -> tuple[list[tp.ClaimOutcome], bool]:
+    """Claim ``requests`` atomically; also answers whether the next batch tries ``fresh``.
+
+    With ``fresh``, the batch first tries to claim every key as new
+    (:func:`_claim_fresh`), the usual case in a first run and far cheaper
+    than reading first. If some key is stored (or repeated), that
+    transaction is rolled back (a savepoint would make SQLite journal every
+    page the insert changes) and the batch takes the general way in another:
+    read the stored receipts, ask :func:`decide_claims`, upsert the claimed
+    ones. A batch that finds stored keys (a replay, say) sends the next one
+    straight the general way, sparing it an insert bound to fail, until a
+    batch finds none of its keys stored.
+    """
+    if fresh:
+        try:
+            with transaction(conn):
+                outcomes = _claim_fresh(requests, owner, lease_ttl, now, conn)
+                if outcomes is None:
+                    raise _Fallback
+        except _Fallback:
+            pass
+        else:
+            return outcomes, True
+    with transaction(conn):
+        stored = _select_receipts([request.key for request in requests], conn)
+        outcomes, claimed = decide_claims(
+            requests, stored, owner=owner, lease_ttl=lease_ttl, now=now
+        )
+        conn.executemany(UPSERT_CLAIMED, [receipt_values(r) for r in claimed])
+    return outcomes, not stored
+
+
+def _claim_fresh(
+    requests: Sequence[tp.ClaimRequest],
+    owner: str,
+    lease_ttl: float,
+    now: float,
+    conn: sqlite3.Connection,
+) -> list[tp.ClaimOutcome] | None:
+    """Claim every request as a new key; None if some key is stored or repeated.
+
+    :func:`decide_claims` claims a key with no receipt whatever the request
+    says (attempt 1, created now). So when an insert that skips stored keys
+    (one per chunk) writes a row for every request, every key was new and
+    distinct, and those rows and outcomes are what :func:`decide_claims`
+    would give, with no read and no :class:`Receipt` built. On None, some
+    rows may be written: the caller rolls them back.
+    """
+    lease_expires_at = now + lease_ttl
+    ids = lease_ids(len(requests))
+    rows = [
+        (r.key, r.operation, r.name, r.run_id, lease_id, lease_expires_at, owner, now, now)
+        for r, lease_id in zip(requests, ids, strict=True)
+    ]
+    if INSERT_FRESH.execute(conn, rows) != len(rows):
+        return None
+    return [
+        Claimed(r.key, lease_id, lease_expires_at, 1)
+        for r, lease_id in zip(requests, ids, strict=True)
+    ]
+
+
+def _fenced(sql: str, params: list[tuple[Any, ...]], conn: sqlite3.Connection) -> list[bool]:
+    """Whether each of ``params`` matched its lease, for the one-row fenced write ``sql``.
+
+    Usually every lease is ours: one ``executemany``, whose total rowcount
+    says so. Otherwise it is rolled back and redone one item at a time,
+    whose rowcounts say which leases matched.
+    """
+    try:
+        with transaction(conn):
+            if conn.executemany(sql, params).rowcount != len(params):
+                raise _Fallback
+    except _Fallback:
+        pass
+    else:
+        return [True] * len(params)
+    with transaction(conn):
+        cursor = conn.cursor()
+        updated: list[bool] = []
+        for item in params:
+            cursor.execute(sql, item)
+            updated.append(cursor.rowcount == 1)
+    return updated
+
+
+def heartbeat_many(
+    leases: Sequence[tp.Lease], lease_ttl: float, now: float, conn: sqlite3.Connection
+) -> list[float | None]:
+    expires = now + lease_ttl
+    params = [(expires, now, lease.key, lease.lease_id) for lease in leases]
+    return renewed(expires, _fenced(HEARTBEAT, params, conn))
+
+
+def complete_many(
+    items: Sequence[tp.Completion], now: float, conn: sqlite3.Connection
+) -> list[bool]:
+    params = [(item.result_json, now, now, item.key, item.lease_id) for item in items]
+    return _fenced(COMPLETE, params, conn)
+
+
+def fail_many(items: Sequence[tp.Failure], now: float, conn: sqlite3.Connection) -> list[bool]:
+    params = [(item.error_json, now, now, item.key, item.lease_id) for item in items]
+    return _fenced(FAIL, params, conn)
+
+
+def release_many(leases: Sequence[tp.Lease], now: float, conn: sqlite3.Connection) -> list[bool]:
+    params = [(now, lease.key, lease.lease_id) for lease in leases]
+    return _fenced(RELEASE, params, conn)
+
+
+def count_receipts(run_id: str, conn: sqlite3.Connection) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT status, count(*) FROM receipts WHERE run_id = ? GROUP BY status", (run_id,)
+    ).fetchall()
+    return dict(rows)
+
+
+def write_terminal_rows(
+    run_id: str, dataset: str, rows: Sequence[SheetRow], conn: sqlite3.Connection
+) -> None:
+    params = [
+        (run_id, dataset, r.key, r.position, r.status, r.data_json, r.error, r.attempt)
+        for r in rows
+    ]
+    with transaction(conn):
+        if INSERT_NEW_ROWS.execute(conn, params) != len(params):
+            UPSERT_ROWS.execute(conn, params)
+
+
+def sheet_status(
+    run_id: str, dataset: str, keys: Sequence[str], conn: sqlite3.Connection
+) -> dict[str, SheetEntry]:
+    select = (
+        "SELECT key, status, attempt FROM sheet_rows WHERE run_id = ? AND dataset = ? AND key IN "
+    )
+    with transaction(conn, "BEGIN"):
+        rows = rows_in(conn, select, (run_id, dataset), list(dict.fromkeys(keys)))
+    return {key: SheetEntry(status, attempt) for key, status, attempt in rows}
+
+
+def read_rows(
+    run_id: str,
+    dataset: str,
+    status: tp.RowStatus | None,
+    after_position: int,
+    limit: int,
+    conn: sqlite3.Connection,
+) -> list[SheetRow]:
+    where = "run_id = ? AND dataset = ? AND position > ?"
+    params: tuple[Any, ...] = (run_id, dataset, after_position)
+    if status is not None:
+        where += " AND status = ?"
+        params += (status,)
+    rows = conn.execute(
+        f"SELECT {SHEET_COLUMNS} FROM sheet_rows WHERE {where} ORDER BY position LIMIT ?",
+        (*params, limit),
+    ).fetchall()
+    return [SheetRow(*row) for row in rows]
+
+
+def count_rows(run_id: str, dataset: str, conn: sqlite3.Connection) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT status, count(*) FROM sheet_rows WHERE run_id = ? AND dataset = ? GROUP BY status",
+        (run_id, dataset),
+    ).fetchall()
+    return dict(rows)
+
+
+def list_datasets(run_id: str, conn: sqlite3.Connection) -> list[str]:
+    rows = conn.execute(
+        "SELECT DISTINCT dataset FROM sheet_rows WHERE run_id = ? ORDER BY dataset", (run_id,)
+    ).fetchall()
+    return [dataset for (dataset,) in rows]
+
+
+def claim_page(
+    run_id: str,
+    dataset: str,
+    offset: int,
+    decide: Callable[[PageRecord | None], tuple[tp.PageClaim, PageRecord | None]],
+    conn: sqlite3.Connection,
+) -> tp.PageClaim:
+    where = (run_id, dataset, offset)
+    with transaction(conn):
+        row = conn.execute(
+            f"SELECT {PAGE_COLUMNS} FROM pages"
+            " WHERE run_id = ? AND dataset = ? AND page_offset = ?",
+            where,
+        ).fetchone()
+        answer, claimed = decide(PageRecord(*row) if row is not None else None)
+        if claimed is not None:
+            conn.execute(
+                f"INSERT OR REPLACE INTO pages (run_id, dataset, page_offset, {PAGE_COLUMNS})"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*where, *page_values(claimed)),
+            )
+    return answer
+
+
+def heartbeat_pages(
+    leases: Sequence[tp.PageLease], lease_ttl: float, now: float, conn: sqlite3.Connection
+) -> list[float | None]:
+    expires = now + lease_ttl
+    params = [(expires, now, *page_key(lease)) for lease in leases]
+    return renewed(expires, _fenced(HEARTBEAT_PAGE, params, conn))
+
+
+def finish_page(
+    lease: tp.PageLease, attempt: int, failed: int, now: float, conn: sqlite3.Connection
+) -> bool:
+    [finished] = _fenced(FINISH_PAGE, [(attempt, failed, now, *page_key(lease))], conn)
+    return finished
+
+
+def release_page(lease: tp.PageLease, now: float, conn: sqlite3.Connection) -> bool:
+    [released] = _fenced(RELEASE_PAGE, [(now, *page_key(lease))], conn)
+    return released
