@@ -253,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_store=_add_store_option,
         run_id=check_run_id,
         add_outputs=_add_output_options,
+        add_recording=_add_recording_options,
     )
     return parser
 

@@ -56,6 +56,7 @@ def add_wait_commands(
     add_store: Callable[[argparse.ArgumentParser], None],
     run_id: Callable[[str], str],
     add_outputs: Callable[[argparse.ArgumentParser], None],
+    add_recording: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     """The commands ``send-event``, ``resume`` and ``cancel`` (``_parser`` hands in its helpers)."""
     send = commands.add_parser(
@@ -119,6 +120,7 @@ def add_wait_commands(
         help="export the datasets the run wrote, as `trioplay run --out` does",
     )
     add_outputs(resume)
+    add_recording(resume)
     resume.set_defaults(command=_cmd_resume)
 
     cancel = commands.add_parser(
@@ -242,7 +244,6 @@ def _cmd_resume(args: argparse.Namespace, session: _Session) -> int:
     settings = config.settings
     store = _store_for(settings.store, must_exist=True)
     kept = [*sqlite_files(settings.store), Guarded("the play file", str(path))]
-    args.events = args.trace = None
     check_outputs(_recordings(args), kept)
     with _importable_from(path.parent):
         module = load_play_module(path)
@@ -256,6 +257,8 @@ def _cmd_resume(args: argparse.Namespace, session: _Session) -> int:
             format=args.format,
             status=args.status,
             settings=settings,
+            events=args.events,
+            trace=args.trace,
             kept=tuple(kept),
         )
         return _execute(spec, session)
