@@ -22,18 +22,8 @@ from .._errors import EventConflict, EventRefused, InvalidWait, UnknownRun
 from .._runtime import open_runtime
 from .._store import WaitStore
 from .._waits import MISSING, event_request
-from ._commands import (
-    _config_for,
-    _execute,
-    _opened,
-    _recordings,
-    _RunSpec,
-    _store_for,
-)
+from ._commands import _cmd_run, _config_for, _opened, _store_for
 from ._common import EXIT_OK, UsageError
-from ._config import start_folder
-from ._paths import Guarded, check_outputs, sqlite_files
-from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._waiting import sent_line
 
 if TYPE_CHECKING:
@@ -231,6 +221,7 @@ async def _run_record(store: Store, run_id: str) -> RunRecord:
 
 
 def _cmd_resume(args: argparse.Namespace, session: _Session) -> int:
+    """``run`` again, with the play recorded with the run (or the one named) and its input."""
     probe = _config_for(args, Path.cwd()).settings
     record = trio.run(_run_record, _store_for(probe.store, must_exist=True), args.run_id)
     reference = args.play or getattr(record, "play_ref", None)
@@ -239,29 +230,8 @@ def _cmd_resume(args: argparse.Namespace, session: _Session) -> int:
             f"run {args.run_id!r} has no play recorded with it: name it, "
             f"`trioplay resume {args.run_id} FILE.py[:PLAY]`"
         )
-    path, name = split_play_ref(reference)
-    config = _config_for(args, start_folder(path))
-    settings = config.settings
-    store = _store_for(settings.store, must_exist=True)
-    kept = [*sqlite_files(settings.store), Guarded("the play file", str(path))]
-    check_outputs(_recordings(args), kept)
-    with _importable_from(path.parent):
-        module = load_play_module(path)
-        spec = _RunSpec(
-            play=find_play(module, path, name),
-            tools=find_tools(module, path),
-            input=json.loads(record.input_json),
-            run_id=args.run_id,
-            store=store,
-            out=args.out,
-            format=args.format,
-            status=args.status,
-            settings=settings,
-            events=args.events,
-            trace=args.trace,
-            kept=tuple(kept),
-        )
-        return _execute(spec, session)
+    args.play, args.input, args.csv, args.json = reference, record.input_json, None, False
+    return _cmd_run(args, session)
 
 
 # -- cancel ---------------------------------------------------------------------------
