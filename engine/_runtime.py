@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from ._fetch import Fetcher, FetchResponse
     from ._receipts import Dispatcher
-    from ._records import RunStatus, SendResult, WaitRecord
+    from ._records import RunStatus, SendRequest, SendResult, WaitRecord
     from ._trace import Recorder
 
 log = logging.getLogger("trioplay")
@@ -394,6 +394,11 @@ class Runtime:
             token=token,
             limits=self.limits,
         )
+        return await self.send_request(request)
+
+    async def send_request(self, request: SendRequest) -> SendResult:
+        """Send an event already checked (``trioplay._waits.event_request`` made it)."""
+        run_id = request.run_id
         result = await _waits_of(self.store).send_event(request, now=self.wall_clock())
         self._emit(
             run_id,
@@ -437,7 +442,7 @@ def send_event(
     ``store`` is a :class:`Store` or a URL, as for :func:`open_runtime`. Bad
     input raises :class:`InvalidWait` before the store is opened.
     """
-    event_request(
+    request = event_request(
         run_id,
         name,
         key,
@@ -450,9 +455,7 @@ def send_event(
 
     async def main() -> SendResult:
         async with open_runtime(store=store, limits=limits) as rt:
-            return await rt.send_event(
-                run_id, name, key, data=data, reject=reject, event_id=event_id, token=token
-            )
+            return await rt.send_request(request)
 
     return trio.run(main)
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._limits import Limits
-    from .._records import RunRecord, SendResult
+    from .._records import RunRecord, SendRequest, SendResult
     from .._store import Store
     from . import _Session
 
@@ -159,7 +159,7 @@ def _cmd_send_event(args: argparse.Namespace, session: _Session) -> int:
     data = _payload(args)
     settings = _config_for(args, Path.cwd()).settings
     try:  # every check before the store is opened: bad input writes nothing
-        event_request(
+        request = event_request(
             args.run_id,
             args.name,
             key,
@@ -173,7 +173,7 @@ def _cmd_send_event(args: argparse.Namespace, session: _Session) -> int:
         raise UsageError(_flag_named(exc)) from None
     store = _store_for(settings.store, must_exist=True)
     try:
-        result = trio.run(_send, store, settings.limits, args.run_id, args.name, key, data, args)
+        result = trio.run(_send, store, settings.limits, request)
     except _REFUSED as exc:
         raise UsageError(str(exc)) from None
     what = f"token {args.token[:6]}…" if args.token else f"event {args.name} {args.key}"
@@ -190,25 +190,9 @@ def _flag_named(error: InvalidWait) -> str:
     return f"{flag} {error.problem}"
 
 
-async def _send(
-    store: Store,
-    limits: Limits,
-    run_id: str,
-    name: str | None,
-    key: Any,
-    data: Any,
-    args: argparse.Namespace,
-) -> SendResult:
+async def _send(store: Store, limits: Limits, request: SendRequest) -> SendResult:
     async with open_runtime(store=store, limits=limits) as rt:
-        return await rt.send_event(
-            run_id,
-            name,
-            key,
-            data=data,
-            reject=args.reject,
-            event_id=args.event_id,
-            token=args.token,
-        )
+        return await rt.send_request(request)
 
 
 # -- resume ---------------------------------------------------------------------------
