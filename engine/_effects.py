@@ -120,6 +120,7 @@ class DurableEffects:
         deadline. Raises :class:`InvalidWait` (naming the argument) before
         anything is written.
         """
+        self._services.receipts.raise_if_ended()  # a context kept past its run
         dataset, row_key, occurrences, parking = self._wait_scope()
         return await open_wait(
             self._services.waits,

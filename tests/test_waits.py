@@ -607,3 +607,18 @@ async def test_two_maps_of_one_play_side_by_side_stop_it_waiting(
         with pytest.raises(trioplay.RunWaiting) as caught:
             await rt.run(play, run_id="r")
     assert [w.dataset for w in caught.value.waits] == ["a"]
+
+
+async def test_a_context_kept_past_its_run_cannot_wait(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    kept: list[trioplay.PlayContext] = []
+
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        kept.append(ctx)
+        return 1
+
+    async with _runtime(MemoryStore()) as rt:
+        await rt.run(play, run_id="r")
+        with pytest.raises(trioplay.RunEnded):
+            await kept[0].wait_for_event("e", timeout=5)
