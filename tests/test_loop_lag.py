@@ -122,7 +122,7 @@ async def test_a_lag_the_watchdog_has_not_yet_measured_counts(
     # watchdog in the same turn of the loop: the watchdog is overdue then.
     from trioplay._loop_lag import LoopWatch
 
-    watch = LoopWatch(0.5, lambda _type, _data: None)
+    watch = LoopWatch(0.5)  # nobody listens
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch.run)
         await trio.sleep(0.1)  # the watchdog sleeps until 0.25 s

@@ -565,8 +565,8 @@ async def test_the_timeline_and_the_chrome_trace_show_waiting_rows_as_their_own_
     import io
     import json
 
+    from trioplay._pictures._timeline import render_timeline
     from trioplay._trace import ChromeTraceSink
-    from trioplay._trace._timeline import render_timeline
 
     text = io.StringIO()
     recorder = Recorder(kept := ListSink(), ChromeTraceSink(text))

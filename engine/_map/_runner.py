@@ -82,7 +82,7 @@ async def run_map(
     """
     services.receipts.raise_if_ended()  # a dataset of a context kept past its run
     limits = services.limits
-    report = MapReport(services.run_id, name, services.emit, services.trace)
+    report = MapReport(services.run_id, name, services.facts, services.trace)
     planner = RowPlanner(services.store, services.run_id, name, key, services.attempt)
     result = MapResult(
         dataset=name,
@@ -135,7 +135,6 @@ async def run_map(
             report.progress(ledger.counts())
         services.receipts.raise_if_latched(f"dataset {name!r}")
         ledger.check(read)
-        report.finished(ledger.counts())
         if result.waiting:
             status = "waiting"
             if on_waiting == "stop":
