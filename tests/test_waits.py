@@ -622,3 +622,28 @@ async def test_a_context_kept_past_its_run_cannot_wait(
         await rt.run(play, run_id="r")
         with pytest.raises(trioplay.RunEnded):
             await kept[0].wait_for_event("e", timeout=5)
+
+
+async def test_listeners_hear_the_waiting_map_and_the_sent_event(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    heard: list[trioplay.RuntimeEvent] = []
+    plays = Approvals(3, {1})
+    async with _runtime(MemoryStore(), tools=plays.tools, on_event=heard.append) as rt:
+        with pytest.raises(trioplay.RunWaiting):
+            await rt.run(plays.play, run_id="r")
+        await rt.send_event("r", "approval", "r1", data=1, event_id="e1")
+    finished = [e.data for e in heard if e.type == "map.finished"]
+    assert [(d["completed"], d["waiting"]) for d in finished] == [(2, 1)]
+    [run] = [e.data for e in heard if e.type == "run.finished"]
+    assert run["status"] == "waiting"
+    [sent] = [e for e in heard if e.type == "event.sent"]
+    assert sent.run_id == "r"
+    assert sent.data == {
+        "name": "approval",
+        "key": '"r1"',
+        "event_id": "e1",
+        "outcome": "delivered",
+        "dataset": "leads",
+        "row": "r1",
+    }
