@@ -186,6 +186,13 @@ class RunRecord:
     output_json: str | None = None
     error: str | None = None
     stats_json: str | None = None
+    # Child plays (issue 23) and ``trioplay resume RUN`` (issue 22): the run
+    # that started this one, the root of its tree (itself for a root), its
+    # depth (0 for a root), and the play's reference (``FILE.py:PLAY``), when known.
+    parent_run_id: str | None = None
+    root_run_id: str | None = None
+    depth: int = 0
+    play_ref: str | None = None
 
 
 # -- waits and events (issue 22) ----------------------------------------------

@@ -1,9 +1,10 @@
 """The ``Store`` protocol: everything the engine asks of durable storage.
 
-``Store`` is four protocols, one per room of the engine that uses it:
+``Store`` is five protocols, one per room of the engine that uses it:
 :class:`ReceiptStore` (the receipts dispatcher), :class:`SheetStore` (the
 terminal-row writer and the sheet's readers), :class:`PageStore` (the map's
-page leases) and :class:`RunStore` (the runtime and the command line), plus
+page leases), :class:`RunStore` (the runtime and the command line) and
+:class:`WaitStore` (waiting rows and the events they wait for), plus
 the store's life (``url``, ``open``, ``aclose``). Every method is in exactly
 one; a room typed with its own protocol can call nothing else. There is no
 runtime difference: a store implements ``Store`` whole.
@@ -193,7 +194,14 @@ class RunStore(Protocol):
     """
 
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
+        self,
+        run_id: str,
+        play: str,
+        input_json: str,
+        *,
+        now: float,
+        play_ref: str | None = None,
+        parent_run_id: str | None = None,
     ) -> RunRecord:
         """Create the run (attempt 1) or start its next attempt (attempt + 1).
 
@@ -201,6 +209,12 @@ class RunStore(Protocol):
         stored with another ``play`` or another ``input_json`` is left as it
         is, in the same transaction, and returned as stored: the caller sees
         the difference (the runtime refuses the run id, ``RunIdConflict``).
+        So is a ``cancelled`` run: cancelling ends a run for good.
+
+        A new run records ``parent_run_id``, and from the parent (when the
+        store has it) ``root_run_id`` (the parent's root; the run itself for
+        a root) and ``depth`` (the parent's + 1). ``play_ref`` is recorded
+        when given (a later attempt without one keeps the stored one).
         """
         ...
 
@@ -302,13 +316,13 @@ class WaitStore(Protocol):
 
 
 @runtime_checkable
-class Store(RunStore, ReceiptStore, SheetStore, PageStore, Protocol):
-    """Durable storage for runs, receipts, dataset sheets and page leases.
+class Store(RunStore, ReceiptStore, SheetStore, PageStore, WaitStore, Protocol):
+    """Durable storage for runs, receipts, dataset sheets, page leases, waits and events.
 
-    The four room protocols together, and the store's life: whoever opens
+    The five room protocols together, and the store's life: whoever opens
     the store (the runtime, the command line) holds a ``Store``; each room
     of the engine needs only its own protocol. ``isinstance(x, Store)``
-    checks every method of the four.
+    checks every method of the five.
     """
 
     @property

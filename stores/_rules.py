@@ -27,6 +27,7 @@ from trioplay import (
     InvalidWait,
     PageClaim,
     Receipt,
+    RunRecord,
     SendRequest,
     SendResult,
     Settled,
@@ -182,6 +183,68 @@ def decide_page(
         now,
     )
     return PageClaim("claimed", lease_id, lease_expires_at, owner), claimed
+
+
+def renewed(expires: float, updated: Sequence[bool]) -> list[float | None]:
+    """A heartbeat's answer: the new expiry where the lease was still ours, else ``None``."""
+    return [expires if ok else None for ok in updated]
+
+
+def page_key(lease: PageLease) -> tuple[str, str, int, str]:
+    """A page lease as its fence's columns: ``run_id, dataset, page_offset, lease_id``."""
+    return (lease.run_id, lease.dataset, lease.offset, lease.lease_id)
+
+
+Begin = tuple[str, str, str, float, str | None, str | None]
+"""``begin_attempt``'s arguments: run id, play, input, ``now``, ``play_ref``, ``parent_run_id``."""
+
+
+def decide_attempt(
+    stored: RunRecord | None, parent: RunRecord | None, begin: Begin
+) -> tuple[RunRecord, bool]:
+    """Answer ``begin_attempt``: the record, and whether to write it.
+
+    A run of another play or input, or a cancelled run, is returned as
+    stored (not written). ``parent`` is the stored parent run, if any.
+    """
+    run_id, play, input_json, now, play_ref, parent_run_id = begin
+    if stored is not None:
+        if (stored.play, stored.input_json) != (play, input_json) or stored.status == "cancelled":
+            return stored, False
+        record = attrs.evolve(
+            stored,
+            status="running",
+            attempt=stored.attempt + 1,
+            updated_at=now,
+            output_json=None,
+            error=None,
+            stats_json=None,
+            play_ref=play_ref if play_ref is not None else stored.play_ref,
+        )
+        return record, True
+    if parent_run_id is None:
+        root, depth = run_id, 0
+    elif parent is None:
+        root, depth = parent_run_id, 1
+    else:
+        root, depth = parent.root_run_id or parent.run_id, parent.depth + 1
+    record = RunRecord(
+        run_id,
+        play,
+        input_json,
+        "running",
+        1,
+        now,
+        now,
+        None,
+        None,
+        None,
+        parent_run_id,
+        root,
+        depth,
+        play_ref,
+    )
+    return record, True
 
 
 # -- waits and events (issue 22) ----------------------------------------------
@@ -400,13 +463,3 @@ def decide_cancel(waits: Iterable[WaitRecord], now: float) -> list[WaitRecord]:
         for wait in waits
         if wait.status == "waiting"
     ]
-
-
-def renewed(expires: float, updated: Sequence[bool]) -> list[float | None]:
-    """A heartbeat's answer: the new expiry where the lease was still ours, else ``None``."""
-    return [expires if ok else None for ok in updated]
-
-
-def page_key(lease: PageLease) -> tuple[str, str, int, str]:
-    """A page lease as its fence's columns: ``run_id, dataset, page_offset, lease_id``."""
-    return (lease.run_id, lease.dataset, lease.offset, lease.lease_id)

@@ -43,7 +43,7 @@ class WaitingStore(Store, WaitStore, Protocol):
     """A store with waits (every store, once all three implement ``WaitStore``)."""
 
 
-WAIT_STORES = ["memory"]
+WAIT_STORES = list(STORE_FACTORIES)
 
 NOW = 1_000.0
 HOUR = 3600.0
@@ -499,3 +499,47 @@ def test_bad_records_are_refused_naming_the_field(build: Any, field: str) -> Non
 def test_a_payload_that_is_not_json_names_line_and_column() -> None:
     with pytest.raises(InvalidWait, match=r"at line 2, column 8: Expecting value$"):
         event(payload='{\n  "a": ,}')
+
+
+# -- runs: lineage and the end of a cancelled run ---------------------------------------------
+
+
+async def test_a_root_run_is_its_own_root_and_records_its_play(store: WaitingStore) -> None:
+    run = await store.begin_attempt("root", "enrich", "{}", now=NOW, play_ref="plays.py:enrich")
+    assert (run.parent_run_id, run.root_run_id, run.depth, run.play_ref) == (
+        None,
+        "root",
+        0,
+        "plays.py:enrich",
+    )
+    assert await store.get_run("root") == run
+
+
+async def test_a_child_run_records_its_parent_root_and_depth(store: WaitingStore) -> None:
+    child = await store.begin_attempt("child", "sub", "{}", now=NOW, parent_run_id="run-1")
+    grandchild = await store.begin_attempt("grand", "sub", "{}", now=NOW, parent_run_id="child")
+    assert (child.parent_run_id, child.root_run_id, child.depth) == ("run-1", "run-1", 1)
+    assert (grandchild.parent_run_id, grandchild.root_run_id, grandchild.depth) == (
+        "child",
+        "run-1",
+        2,
+    )
+    assert await store.get_run("grand") == grandchild
+
+
+async def test_a_later_attempt_keeps_the_lineage_and_the_play_ref(store: WaitingStore) -> None:
+    await store.begin_attempt("child", "sub", "{}", now=NOW, parent_run_id="run-1", play_ref="a")
+    again = await store.begin_attempt("child", "sub", "{}", now=NOW + 1)
+    assert (again.attempt, again.parent_run_id, again.depth, again.play_ref) == (2, "run-1", 1, "a")
+    moved = await store.begin_attempt("child", "sub", "{}", now=NOW + 2, play_ref="b")
+    assert (moved.attempt, moved.play_ref) == (3, "b")
+    assert await store.get_run("child") == moved
+
+
+async def test_a_cancelled_run_does_not_begin_again(store: WaitingStore) -> None:
+    await store.cancel_run("run-1", now=NOW + 1)
+    cancelled = await store.get_run("run-1")
+    again = await store.begin_attempt("run-1", "enrich", "{}", now=NOW + 2)
+    assert again == cancelled
+    assert again.status == "cancelled"
+    assert await store.get_run("run-1") == cancelled
