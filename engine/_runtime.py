@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import trio
 
@@ -34,7 +34,7 @@ from ._phase import StoreCalls
 from ._plugins import open_store
 from ._receipts import DispatchSetup, DispatchStats, open_dispatcher
 from ._run import RunServices
-from ._store import Store, WaitStore
+from ._store import Store
 from ._tools import ToolRegistry
 from ._trace._listen import EventListener
 from ._trace._recorder import Recorder
@@ -232,7 +232,7 @@ class Runtime:
                 stats = dispatcher.stats
                 loop_watch = LoopWatch(self.limits.loop_lag_threshold, self.facts)
                 waits = RunWaits(
-                    store=_waits_of(store),
+                    store=store,
                     run_id=run_id,
                     limits=self.limits,
                     wall_clock=self.wall_clock,
@@ -330,7 +330,7 @@ class Runtime:
     async def _waiting(self, run_id: str, suspended: list[WaitRecord]) -> RunWaiting:
         """The run's :class:`RunWaiting`: its waits as they are now (one store call)."""
         try:
-            polled = await _waits_of(self.store).poll_waits(
+            polled = await self.store.poll_waits(
                 [wait.wait_key for wait in suspended], now=self.wall_clock()
             )
             waits = [now or then for now, then in zip(polled, suspended, strict=True)]
@@ -385,7 +385,7 @@ class Runtime:
     async def send_request(self, request: SendRequest) -> SendResult:
         """Send an event already checked (``trioplay._waits.event_request`` made it)."""
         run_id = request.run_id
-        result = await _waits_of(self.store).send_event(request, now=self.wall_clock())
+        result = await self.store.send_event(request, now=self.wall_clock())
         if self.facts is not None:
             self.facts.add(
                 EventSent,
@@ -439,12 +439,6 @@ def send_event(
             return await rt.send_request(request)
 
     return trio.run(main)
-
-
-def _waits_of(store: Store) -> WaitStore:
-    """The store's waits and events (every store has them; ``Store`` will name them
-    once the SQL stores do, see docs/architecture.md)."""
-    return cast("WaitStore", store)
 
 
 def _stats_dict(stats: DispatchStats) -> dict[str, int]:

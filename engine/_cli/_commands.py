@@ -24,7 +24,6 @@ from .._errors import RunWaiting
 from .._json import canonical_json
 from .._plugins import open_store
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
-from .._store import WaitStore
 from ._common import (
     DEMO_STORE_URL,
     EXIT_EXPORT_FAILED,
@@ -168,6 +167,7 @@ class _RunSpec:
     trace: str | None = None  # --trace FILE.json
     kept: tuple[Guarded, ...] = ()  # what no output may write over (see _paths)
     json: bool = False  # --json: the summary as one JSON object
+    play_ref: str | None = None  # FILE.py[:PLAY], recorded with the run for `resume RUN`
 
 
 @attrs.frozen
@@ -235,6 +235,7 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             trace=args.trace,
             kept=tuple(kept),
             json=args.json,
+            play_ref=f"{path.resolve()}:{name}" if name else str(path.resolve()),
         )
         return _execute(spec, session)
 
@@ -356,7 +357,7 @@ async def _run_recorded(
     ) as rt:
         error: Exception | None = None
         try:
-            await rt.run(spec.play, spec.input, run_id=spec.run_id)
+            await rt.run(spec.play, spec.input, run_id=spec.run_id, play_ref=spec.play_ref)
         except INPUT_ERRORS as exc:
             if not reporter.maps:
                 raise  # wrong before any row ran: exit 2, no summary
@@ -459,7 +460,7 @@ async def _runs_listed(store: Store, limit: int) -> list[dict[str, Any]]:
             for dataset in await store.list_datasets(record.run_id):
                 rows += sum((await store.count_rows(record.run_id, dataset)).values())
             deadline = None
-            if record.status == "waiting" and isinstance(store, WaitStore):
+            if record.status == "waiting":
                 waits = await store.list_waits(record.run_id)
                 open_ = [wait.deadline for wait in waits if wait.status == "waiting"]
                 deadline = min(open_, default=None)
@@ -530,11 +531,8 @@ async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
             name: await store.count_rows(run_id, name) for name in await store.list_datasets(run_id)
         }
         receipts = await store.count_receipts(run_id)
-        waits: list[Any] = []
-        unclaimed: list[Any] = []
-        if isinstance(store, WaitStore):
-            waits = await store.list_waits(run_id)
-            unclaimed = await store.list_events(run_id, unclaimed_only=True)
+        waits = await store.list_waits(run_id)
+        unclaimed = await store.list_events(run_id, unclaimed_only=True)
     try:
         stats = json.loads(record.stats_json) if record.stats_json else {}
     except ValueError:
