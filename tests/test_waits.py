@@ -8,6 +8,7 @@ and lingering run in virtual time.
 from __future__ import annotations
 
 import math
+import pathlib
 from collections import Counter
 from typing import Any
 
@@ -327,8 +328,11 @@ async def test_a_rejected_event_fails_the_row_with_event_rejected(
 
 
 # -- the deadline is written once -------------------------------------------------------
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
 @pytest.mark.parametrize("default", [trioplay._waits.MISSING, "fallback"])
-async def test_a_restart_does_not_move_the_deadline(default: Any) -> None:
+async def test_a_restart_does_not_move_the_deadline(
+    default: Any, kind: str, tmp_path: pathlib.Path
+) -> None:
     clock = Clock()
 
     async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
@@ -337,17 +341,25 @@ async def test_a_restart_does_not_move_the_deadline(default: Any) -> None:
     async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
         return (await ctx.dataset("d", [{"k": 1}]).with_column("v", resolver).run()).failed_count
 
-    store = MemoryStore()
-    async with _runtime(store, wall_clock=clock) as rt:
+    memory = MemoryStore()
+
+    def store() -> Any:  # each attempt a new process: a new runtime over the same store
+        return memory if kind == "memory" else f"sqlite:///{tmp_path / 'waits.db'}"
+
+    async with _runtime(store(), wall_clock=clock) as rt:
         with pytest.raises(trioplay.RunWaiting) as first:
             await rt.run(play, run_id="r")
-        clock.now += 30 * 60  # killed, restarted half an hour later
+    clock.now += 30 * 60  # killed, restarted half an hour later
+    async with _runtime(store(), wall_clock=clock) as rt:
         with pytest.raises(trioplay.RunWaiting) as second:
             await rt.run(play, run_id="r")
-        assert first.value.next_deadline == second.value.next_deadline == EPOCH + 3600
-        clock.now = EPOCH + 61 * 60
+    assert first.value.next_deadline == second.value.next_deadline == EPOCH + 3600
+    clock.now = EPOCH + 61 * 60
+    async with _runtime(store(), wall_clock=clock) as rt:
         failed = await rt.run(play, run_id="r")
-    [row] = await store.read_rows("r", "d")
+        [row] = await rt.store.read_rows("r", "d")
+        [wait] = await rt.store.list_waits("r")
+    assert (wait.status, wait.deadline) == ("timed_out", EPOCH + 3600)
     if default is trioplay._waits.MISSING:
         assert failed == 1
         assert "EventWaitTimeout" in (row.error or "")
