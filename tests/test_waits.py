@@ -230,9 +230,19 @@ async def test_except_exception_in_a_resolver_does_not_swallow_the_suspension(
 async def test_an_event_sent_before_its_waiter_registers_is_delivered_in_the_same_attempt(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    sent = trio.Event()
+    await _event_before_its_waiter(MemoryStore())
+
+
+async def test_an_event_sent_before_its_waiter_registers_on_sqlite(tmp_path: pathlib.Path) -> None:
+    # On the real clock: SQLite answers from its thread, which a mock clock would outrun.
+    await _event_before_its_waiter(f"sqlite:///{tmp_path / 'waits.db'}")
+
+
+async def _event_before_its_waiter(store: Any) -> None:
+    sent, running = trio.Event(), trio.Event()
 
     async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+        running.set()
         await sent.wait()  # the run is running; the wait is not registered yet
         return await rc.wait_for_event("callback", key=row["k"], timeout=60)
 
@@ -240,8 +250,7 @@ async def test_an_event_sent_before_its_waiter_registers_is_delivered_in_the_sam
         result = await ctx.dataset("d", [{"k": "a"}]).with_column("v", resolver).run(key="k")
         return result.completed_count
 
-    store = MemoryStore()
-    async with _runtime(store) as rt:
+    async with trioplay.open_runtime(store=store) as rt:
         async with trio.open_nursery() as nursery:
             outputs: list[Any] = []
 
@@ -249,13 +258,15 @@ async def test_an_event_sent_before_its_waiter_registers_is_delivered_in_the_sam
                 outputs.append(await rt.run(play, run_id="r"))
 
             nursery.start_soon(run)
-            await trio.sleep(1)
+            await running.wait()
             result = await rt.send_event("r", "callback", "a", data=[1, 2])
             assert result.outcome == "buffered"
             sent.set()
-    assert outputs == [1]
-    [row] = await store.read_rows("r", "d")
-    assert trioplay._json.loads(row.data_json)["v"] == [1, 2]
+        assert outputs == [1]
+        [row] = await rt.store.read_rows("r", "d")
+        assert trioplay._json.loads(row.data_json)["v"] == [1, 2]
+        [wait] = await rt.store.list_waits("r")
+        assert (wait.status, wait.payload_json) == ("delivered", "[1,2]")
 
 
 async def test_two_waits_on_one_name_and_key_in_a_row_are_two_occurrences(
