@@ -405,8 +405,7 @@ def register_waits(
     requests: Sequence[WaitRequest], now: float, conn: sqlite3.Connection
 ) -> list[WaitRecord]:
     with transaction(conn):
-        keys = list(dict.fromkeys(r.wait_key for r in requests))
-        stored = {row[0]: WaitRecord(*row) for row in rows_in(conn, SELECT_WAITS, (), keys)}
+        stored = _select_waits(list(dict.fromkeys(r.wait_key for r in requests)), conn)
         fresh_runs = {r.run_id for r in requests if r.wait_key not in stored}
         # One read per run: the buffered events of a run are few (each waits for its waiter).
         slots = {slot_of(r) for r in requests if r.wait_key not in stored}
@@ -442,13 +441,23 @@ def _consume(events: Sequence[EventRecord], conn: sqlite3.Connection) -> None:
 def poll_waits(
     wait_keys: Sequence[str], now: float, conn: sqlite3.Connection
 ) -> dict[str, WaitRecord]:
+    keys = list(dict.fromkeys(wait_keys))
+    # A read first, in one snapshot: the lingering waits of a run are polled
+    # every interval, and most polls time nothing out, so need no write lock.
+    with transaction(conn, "BEGIN"):
+        found = _select_waits(keys, conn)
+    if not decide_timeouts(found.values(), now):
+        return found
     with transaction(conn):
-        keys = list(dict.fromkeys(wait_keys))
-        found = {row[0]: WaitRecord(*row) for row in rows_in(conn, SELECT_WAITS, (), keys)}
+        found = _select_waits(keys, conn)
         expired = decide_timeouts(found.values(), now)
         conn.executemany(SETTLE_WAIT, [_settled(w) for w in expired])
     found.update((w.wait_key, w) for w in expired)
     return found
+
+
+def _select_waits(keys: Sequence[str], conn: sqlite3.Connection) -> dict[str, WaitRecord]:
+    return {row[0]: WaitRecord(*row) for row in rows_in(conn, SELECT_WAITS, (), keys)}
 
 
 def send_event(request: SendRequest, now: float, url: str, conn: sqlite3.Connection) -> SendResult:
