@@ -92,7 +92,7 @@ class Trial:
     @property
     def cancelled_run(self) -> bool:
         """The signal stopped a run that had begun."""
-        return self.exit_after is not None and self.state.run_status == "cancelled"
+        return self.exit_after is not None and self.state.run_status == "interrupted"
 
     @property
     def sound(self) -> bool:

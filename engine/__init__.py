@@ -27,6 +27,7 @@ from ._errors import ReceiptNotRecorded as ReceiptNotRecorded
 from ._errors import ReceiptWaitTimeout as ReceiptWaitTimeout
 from ._errors import RowOutputNotJsonSerializable as RowOutputNotJsonSerializable
 from ._errors import RowSuspended as RowSuspended
+from ._errors import RunCancelled as RunCancelled
 from ._errors import RunEnded as RunEnded
 from ._errors import RunIdConflict as RunIdConflict
 from ._errors import RunWaiting as RunWaiting

@@ -410,6 +410,19 @@ class PlayAborted(TrioplayError):
         )
 
 
+class RunCancelled(TrioplayError):
+    """The run was cancelled for good (``trioplay cancel``): it does not run again."""
+
+    code = "RUN_CANCELLED"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"run {run_id!r} was cancelled for good (trioplay cancel) and does not run again; "
+            "start a new run with another run id (--run-id)"
+        )
+        self.run_id = run_id
+
+
 class RunEnded(TrioplayError, RuntimeError):
     """A context (``ctx``, ``rc``) was used after the run it belongs to ended.
 

@@ -18,7 +18,10 @@ from ._errors import InvalidWait
 ReceiptStatus = Literal["pending", "running", "completed", "failed", "skipped"]
 Operation = Literal["tool", "fetch", "step"]
 RowStatus = Literal["completed", "failed"]
-RunStatus = Literal["running", "completed", "failed", "cancelled", "waiting"]
+RunStatus = Literal["running", "completed", "failed", "interrupted", "cancelled", "waiting"]
+"""``interrupted``: a cancel scope around the run (Ctrl-C, a timeout) ended the attempt;
+the same run id runs again as its next attempt. ``cancelled``: ``trioplay cancel`` ended
+the run for good; it never runs again."""
 WaitStatus = Literal["waiting", "delivered", "rejected", "timed_out", "cancelled"]
 SheetWrite = Literal["written", "kept", "fenced"]
 """What ``write_terminal_rows`` did with one row.

@@ -22,6 +22,7 @@ from ._context import PlayContext
 from ._errors import (
     PlayDefinitionError,
     PlayInputError,
+    RunCancelled,
     RunIdConflict,
     RunWaiting,
     format_error,
@@ -200,6 +201,8 @@ class Runtime:
         record = await self._store.begin_attempt(
             run_id, name, input_json, now=self.wall_clock(), **begin
         )
+        if record.status == "cancelled":
+            raise RunCancelled(run_id)
         if (record.play, record.input_json) != (name, input_json):
             raise RunIdConflict(
                 run_id,
@@ -295,8 +298,8 @@ class Runtime:
             status = "completed"
             return output
         except (trio.Cancelled, KeyboardInterrupt):
-            status = "cancelled"
-            error = "cancelled"
+            status = "interrupted"
+            error = "interrupted"
             raise
         except RunWaiting:
             raise

@@ -114,7 +114,7 @@ async def test_cancelled_run_returns_fast_and_leaves_nothing(
         assert runtime_tasks() == before
         status = await rt.store.get_run("r")
         assert status is not None
-        assert status.status == "cancelled"
+        assert status.status == "interrupted"
         counts = await rt.store.count_rows("r", "s")
         # Every row reported committed is in the sheet.
         assert counts.get("completed", 0) >= max(reported) >= 200
@@ -258,3 +258,37 @@ async def test_cleanup_after_a_cancel_shares_one_cleanup_timeout(
     log = sorted(calls, key=lambda call: call[2])
     assert scope.cancelled_caught
     assert elapsed <= CLEANUP + CANCEL_TIMEOUT + 0.01, (elapsed, log)
+
+
+async def test_an_interrupted_run_resumes_as_its_next_attempt_and_a_cancelled_one_never(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A cancel scope around rt.run (Ctrl-C, a timeout) interrupts the run: the
+    # same run id runs again as attempt 2. `trioplay cancel` (cancel_run) ends
+    # a run for good: it never runs again.
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        await trio.sleep(10)
+        return "done"
+
+    store = MemoryStore()
+    with trio.fail_after(600):
+        async with trioplay.open_runtime(store=store) as rt:
+            with trio.move_on_after(1):
+                await rt.run(play, {}, run_id="r")
+            interrupted = await store.get_run("r")
+            assert interrupted is not None
+            assert (interrupted.status, interrupted.attempt) == ("interrupted", 1)
+            assert await rt.run(play, {}, run_id="r") == "done"
+            resumed = await store.get_run("r")
+            assert resumed is not None
+            assert (resumed.status, resumed.attempt) == ("completed", 2)
+
+            with trio.move_on_after(1):
+                await rt.run(play, {}, run_id="c")
+            await store.cancel_run("c", now=0.0)
+            with pytest.raises(trioplay.RunCancelled, match="trioplay cancel"):
+                await rt.run(play, {}, run_id="c")
+            ended = await store.get_run("c")
+            assert ended is not None
+            assert (ended.status, ended.attempt) == ("cancelled", 1)

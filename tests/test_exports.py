@@ -32,6 +32,7 @@ CONTRACT = [
     "PersistenceLatchTripped",
     "PlayInputError",
     "RunIdConflict",
+    "RunCancelled",
     # What a store implements and is given (trioplay.stores imports only these).
     "Store",
     "ReceiptStore",

@@ -120,11 +120,11 @@ def test_a_signal_cancels_the_run_like_a_cancel_scope(
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == code, err
-    assert "run h: cancelled (play hang, attempt 1)" in out  # the summary, as after any run
+    assert "run h: interrupted (play hang, attempt 1)" in out  # the summary, as after any run
     assert "interrupted: run h stopped; the same command resumes it" in err
     assert "Traceback" not in err
     status, receipts = stored(tmp_path)
-    assert status == "cancelled"
+    assert status == "interrupted"
     assert receipts.get("running", 0) == 0  # the leases were released
     assert receipts == {"pending": 5}
 
@@ -260,9 +260,9 @@ def _small_cycle(db: Path) -> None:
 
 def _assert_interrupted_cleanly(outcomes: dict[str, list[int]]) -> None:
     """Each interrupt raised KeyboardInterrupt (or landed after the end), never another error."""
-    cleanly = {f"interrupted, then {status}" for status in ("cancelled", "completed", None)}
+    cleanly = {f"interrupted, then {status}" for status in ("interrupted", "completed", None)}
     assert set(outcomes) <= {*cleanly, "completed, then completed"}, outcomes
-    assert "interrupted, then cancelled" in outcomes, outcomes
+    assert "interrupted, then interrupted" in outcomes, outcomes
 
 
 def test_ctrl_c_as_a_task_parks_is_a_keyboard_interrupt(

@@ -9,6 +9,7 @@ from .._errors import (
     InvalidWait,
     PlayDefinitionError,
     PlayInputError,
+    RunCancelled,
     RunIdConflict,
     format_error,
 )
@@ -40,7 +41,7 @@ class UsageError(Exception):
     """The command cannot start as given: exit code 2, one line of explanation."""
 
 
-INPUT_ERRORS = (PlayInputError, PlayDefinitionError, RunIdConflict, InvalidWait)
+INPUT_ERRORS = (PlayInputError, PlayDefinitionError, RunIdConflict, RunCancelled, InvalidWait)
 """The library's errors that mean the command was given the wrong play or input: exit code 2."""
 
 

@@ -117,7 +117,7 @@ def add_wait_commands(
         parents=[common],
         help="end a run for good: its waits are cancelled, later events refused",
         description=(
-            "End RUN for good: its open waits become cancelled (a rerun fails those rows), "
+            "End RUN for good: its open waits become cancelled (a rerun is refused), "
             "its status cancelled, and events sent to it later are refused."
         ),
     )
