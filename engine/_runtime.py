@@ -42,7 +42,7 @@ from ._tools import ToolRegistry
 from ._trace._listen import EventListener
 from ._trace._recorder import Recorder
 from ._trace._records import EventSent, RunFinished, RunStarted
-from ._waits import MISSING, RunWaits, event_request, suspension
+from ._waits import MISSING, RunWaits, event_request, run_waiting, suspension
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ._events import EventSink
     from ._fetch import Fetcher, FetchResponse
     from ._receipts import Dispatcher
-    from ._records import RunStatus, SendRequest, SendResult, WaitRecord
+    from ._records import RunStatus, SendRequest, SendResult
 
 log = logging.getLogger("trioplay")
 
@@ -289,7 +289,9 @@ class Runtime:
                 await done.wait()
             if waits.suspended:
                 status = "waiting"
-                raise await self._waiting(run_id, list(waits.suspended.values()))
+                raise await run_waiting(
+                    self._store, run_id, list(waits.suspended.values()), self.wall_clock()
+                )
             [output] = returned
             try:
                 output_json = dumps_output(output)
@@ -325,41 +327,9 @@ class Runtime:
             # Not even tried if the store left a cleanup unanswered: the run
             # stays `running`, and its next attempt takes it over.
             with cleanup.shielded():
-                try:
-                    try:
-                        recorded = await finish()
-                    except KeyboardInterrupt:
-                        # Ctrl-C arrived as the end was being recorded, maybe
-                        # before it was: record it all the same, then let it through.
-                        await finish()
-                        raise
-                    if not recorded:
-                        log.info(
-                            "run %s: attempt %d ended %s; a later attempt holds the run, "
-                            "so its status is that attempt's to record",
-                            run_id,
-                            record.attempt,
-                            status,
-                        )
-                except Exception as exc:
-                    log.warning("run %s: could not record its end: %s", run_id, exc)
+                await _record_end(finish, run_id, record.attempt, status)
             if self.facts is not None:
                 self.facts.add(RunFinished, run_id, status, error, _stats_dict(stats))
-
-    async def _waiting(self, run_id: str, suspended: list[WaitRecord]) -> RunWaiting:
-        """The run's :class:`RunWaiting`: its waits as they are now (one store call)."""
-        try:
-            polled = await self._store.poll_waits(
-                [wait.wait_key for wait in suspended], now=self.wall_clock()
-            )
-            waits = [now or then for now, then in zip(polled, suspended, strict=True)]
-        except Exception as exc:
-            log.warning("run %s: could not read its waits: %s", run_id, exc)
-            waits = suspended
-        waits.sort(key=lambda wait: (wait.deadline, wait.wait_key))
-        open_ = [wait for wait in waits if wait.status == "waiting"]
-        next_deadline = min((wait.deadline for wait in open_), default=None)
-        return RunWaiting(run_id, tuple(waits), next_deadline)
 
     async def send_event(
         self,
@@ -417,6 +387,30 @@ class Runtime:
                 result.row_key,
             )
         return result
+
+
+async def _record_end(
+    finish: Callable[[], Awaitable[bool]], run_id: str, attempt: int, status: str
+) -> None:
+    """Record the attempt's end (``finish``); a failure to is logged, never raised."""
+    try:
+        try:
+            recorded = await finish()
+        except KeyboardInterrupt:
+            # Ctrl-C arrived as the end was being recorded, maybe before it
+            # was: record it all the same, then let it through.
+            await finish()
+            raise
+        if not recorded:
+            log.info(
+                "run %s: attempt %d ended %s; a later attempt holds the run, "
+                "so its status is that attempt's to record",
+                run_id,
+                attempt,
+                status,
+            )
+    except Exception as exc:
+        log.warning("run %s: could not record its end: %s", run_id, exc)
 
 
 @trio.lowlevel.disable_ki_protection

@@ -24,6 +24,7 @@ attempt suspended on (the run's ``RunWaiting``).
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,6 +38,7 @@ from ._errors import (
     EventWaitTimeout,
     InvalidWait,
     RowSuspended,
+    RunWaiting,
 )
 from ._json import canonical_json, loads
 from ._keys import wait_key
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
     from ._limits import Limits
     from ._store import WaitStore
     from ._trace import Recorder
+
+log = logging.getLogger("trioplay")
 
 MISSING: Any = object()
 """The ``default`` of a wait that has none: its timeout raises ``EventWaitTimeout``."""
@@ -529,3 +533,19 @@ __all__ = [
     "open_wait",
     "suspension",
 ]
+
+
+async def run_waiting(
+    store: WaitStore, run_id: str, suspended: list[WaitRecord], now: float
+) -> RunWaiting:
+    """The run's :class:`RunWaiting`: its waits as they are now (one store call)."""
+    try:
+        polled = await store.poll_waits([wait.wait_key for wait in suspended], now=now)
+        waits = [now_ or then for now_, then in zip(polled, suspended, strict=True)]
+    except Exception as exc:
+        log.warning("run %s: could not read its waits: %s", run_id, exc)
+        waits = suspended
+    waits.sort(key=lambda wait: (wait.deadline, wait.wait_key))
+    open_ = [wait for wait in waits if wait.status == "waiting"]
+    next_deadline = min((wait.deadline for wait in open_), default=None)
+    return RunWaiting(run_id, tuple(waits), next_deadline)

@@ -155,7 +155,7 @@ def test_a_real_ctrl_c_in_a_resolver_is_still_an_interrupt(tmp_path: Path) -> No
     finally:
         signal.signal(signal.SIGINT, previous)
     with sqlite3.connect(tmp_path / "s.db") as conn:
-        assert conn.execute("SELECT status FROM runs").fetchall() == [("cancelled",)]
+        assert conn.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
 
 
 # -- encoder errors ------------------------------------------------------------------------

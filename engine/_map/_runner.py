@@ -14,40 +14,25 @@ map emits goes through its :class:`MapReport`.
 
 from __future__ import annotations
 
-import inspect
 import itertools
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from .._aborts import aborted
 from .._errors import (
-    LeaseLost,
-    MapMemoryLimitError,
     MapSuspended,
-    PersistenceLatchTripped,
     PlayAborted,
-    PlayDefinitionError,
-    PlayInputError,
-    RowOutputNotJsonSerializable,
     RowSuspended,
-    RunEnded,
-    StoreError,
-    format_error,
 )
-from .._groups import note_counted, open_nursery, start, start_soon
-from .._json import dumps
-from .._phase import enter_row, leave_row
-from .._records import PageLease, SheetRow
-from .._row_context import RowContext
+from .._groups import open_nursery, start, start_soon
+from .._records import PageLease
 from .._sources import open_source
-from .._waits import suspension
 from ._admission import RowAdmission
 from ._ledger import CommitLedger
 from ._pages import Page, PageLeases, PageState
 from ._plan import Plan, RowPlanner
 from ._report import MapReport
+from ._resolve import RowResolver
 from ._result import PREVIEW_ROWS, MapResult
 from ._stall import MapStallObserver
 from ._writer import TerminalRow, TerminalRowWriter, open_terminal_writer
@@ -58,8 +43,6 @@ if TYPE_CHECKING:
     from .._run import RunServices
     from ._types import Columns, OnRowError, OnWaiting
 
-# Errors that no row can isolate: every other row would hit them too.
-_FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputError, RunEnded)
 _DONE = object()  # a page with nothing left to run
 
 
@@ -181,6 +164,7 @@ class _MapRun:
         self.writer = writer
         self.admission = RowAdmission(services.row_limiter, services.row_budget)
         self.pages = PageLeases.of_map(services, name, self.report)
+        self.rows = RowResolver(services, name, columns, self.admission, self.pages, report)
         self.lost: list[tuple[int, int]] = []  # (offset, length) of pages lost to a peer
 
     async def run_pages(
@@ -377,7 +361,7 @@ class _MapRun:
     ) -> None:
         report, admission = self.report, self.admission
         try:
-            row, failure = await self._resolve(page, position, key, data)
+            row, failure = await self.rows.resolve(page, position, key, data)
             if row is None:  # suspended on an event wait: counted, never written
                 assert isinstance(failure, RowSuspended)
                 self._suspended(page, position, key, failure)
@@ -419,122 +403,3 @@ class _MapRun:
         if self.report.trace is not None:
             self.report.row_waiting(key, wait.wait_key, wait.name, wait.deadline)
         page.row_settled()
-
-    async def _resolve(
-        self, page: Page, position: int, key: str, data: dict[str, Any]
-    ) -> tuple[SheetRow | None, BaseException | None]:
-        attempt = self.services.attempt
-        if page.plan.rejected:  # rows whose key field is missing or empty
-            error = page.plan.rejection(key)
-            if error is not None:  # the row fails, its columns never run
-                return _failed_row(position, key, data, error, attempt), error
-        observer = page.observer
-        observer_token = observer.resolver_started(key)
-        if self.report.trace is not None:
-            self.report.row_resolver_started(key)
-        rc = RowContext(
-            self.services, self.name, key, _Parking(self.admission, observer, observer_token)
-        )
-        # The row's phase, for the governor and fetch that run its calls in this task.
-        row_phase = enter_row(observer.row_phase(observer_token))
-        column = ""
-        resolver: Any = None
-        try:
-            for column, resolver in self.columns:
-                value = resolver(data, rc)
-                if inspect.isawaitable(value):
-                    value = await value
-                data[column] = value
-            try:
-                text = dumps(data)
-            except (TypeError, ValueError, RecursionError):
-                raise _not_serialisable(data, self.columns) from None
-            if len(text) > (limit := self.limits.active_rows_budget_bytes):
-                raise MapMemoryLimitError(
-                    f"the row is {len(text):,} bytes as JSON, more than "
-                    f"active_rows_budget_bytes={limit:,}"
-                )
-        except _FATAL as exc:
-            where = f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}"
-            note_counted(exc, "rows", where)
-            raise
-        except MapMemoryLimitError as exc:
-            # The computed columns made the row too big: keep its input fields.
-            computed = {name for name, _ in self.columns}
-            inputs = {name: value for name, value in data.items() if name not in computed}
-            return _failed_row(position, key, inputs, exc, attempt), exc
-        except Exception as exc:
-            if isinstance(exc, LeaseLost):
-                await self.pages.check(page)  # the page too? then the row is cancelled
-            if isinstance(exc, PlayAborted):  # a tool's: say whose row it was
-                note_counted(exc, "rows", f"trioplay: {_whose(self.name, key, column, resolver)}")
-            return _failed_row(position, key, data, exc, attempt), exc
-        except BaseException as exc:
-            # A wait with no event yet (RowSuspended, a BaseException so that
-            # no `except Exception` of the resolver swallows it): the row waits.
-            suspended = suspension(exc)
-            if suspended is not None:
-                return None, suspended
-            failure = aborted(exc, _whose(self.name, key, column, resolver))
-            if failure is None:
-                raise  # a cancellation, or a real Ctrl-C
-            return _failed_row(position, key, data, failure, attempt), failure
-        finally:
-            leave_row(row_phase)
-            observer.resolver_finished(observer_token)
-        return SheetRow(key, position, "completed", text, None, attempt), None
-
-
-def _whose(dataset: str, key: str, column: str, resolver: object) -> str:
-    """The row and the resolver a failure belongs to, as a :class:`PlayAborted` names them."""
-    name = getattr(resolver, "__qualname__", None) or type(resolver).__name__
-    return f"dataset {dataset!r}, row {key!r}, resolver {name} (column {column!r})"
-
-
-class _Parking:
-    """A row lingering for an outside event (``wait_for_event(linger=...)``): while it
-    does, it lends its row slot and is no unresolved resolver for the stall line."""
-
-    __slots__ = ("_admission", "_observer", "_token")
-
-    def __init__(self, admission: RowAdmission, observer: MapStallObserver, token: int) -> None:
-        self._admission = admission
-        self._observer = observer
-        self._token = token
-
-    @contextmanager
-    def parked(self) -> Iterator[None]:
-        phase = self._observer.resolver_parked(self._token)
-        self._admission.lend_slot()
-        try:
-            yield
-        finally:
-            self._admission.take_back_slot()
-            self._observer.resolver_unparked(self._token, phase)
-
-
-def _failed_row(
-    position: int, key: str, data: dict[str, Any], exc: Exception, attempt: int
-) -> SheetRow:
-    """The sheet row of a failed row: its error, and its fields that are JSON."""
-    kept: dict[str, Any] = {}
-    for name, value in data.items():
-        try:
-            dumps(value)
-        except (TypeError, ValueError, RecursionError):
-            continue
-        kept[name] = value
-    return SheetRow(key, position, "failed", dumps(kept), format_error(exc), attempt)
-
-
-def _not_serialisable(data: dict[str, Any], columns: Columns) -> RowOutputNotJsonSerializable:
-    for name, value in data.items():
-        try:
-            dumps(value)
-        except (TypeError, ValueError, RecursionError) as exc:
-            kind = "column" if any(name == column for column, _ in columns) else "input field"
-            return RowOutputNotJsonSerializable(
-                f"{kind} {name!r} holds a {type(value).__name__} that cannot be stored "
-                f"as JSON ({exc}); return str, int, float, bool, None, list or dict"
-            )
-    return RowOutputNotJsonSerializable("the row cannot be stored as JSON")
