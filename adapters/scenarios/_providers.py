@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from trioplay.scenario import ScenarioResult
 
 
-def _hung_provider(seed: int) -> Setup:
+def hung_call(name: str, seed: int, *, rows: int, tool_timeout: float) -> Setup:
+    """``rows`` rows through ``finder`` (acme), whose call for ``d17.example`` never returns."""
     finder = SimulatedProvider(
         tool_id="finder",
         provider="acme",
@@ -26,10 +27,15 @@ def _hung_provider(seed: int) -> Setup:
         hang_keys={"d17.example"},
     )
     return Setup(
-        play=map_play("hung-provider", leads(200), ("email", calls("finder"))),
+        play=map_play(name, leads(rows), ("email", calls("finder"))),
         tools=registry(finder),
-        limits=Limits(tool_timeout=300),
+        limits=Limits(tool_timeout=tool_timeout),
+        deadline=max(6 * 3600.0, 2 * tool_timeout),
     )
+
+
+def _hung_provider(seed: int) -> Setup:
+    return hung_call("hung-provider", seed, rows=200, tool_timeout=300)
 
 
 HUNG_PROVIDER = Scenario(
