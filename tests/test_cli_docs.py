@@ -39,6 +39,7 @@ COMMANDS = [
     "timeline",
     "scenario list",
     "scenario run",
+    "scenario sweep",
 ]
 GROUPS = ("runs", "scenario")  # commands that have commands of their own
 COMMON = "Flags of every command"

@@ -56,7 +56,7 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
         {"completed": 300, "failed": 0},
         {},
         {"store"},
-        {"oldest_phase": "store", "oldest_store_operation": "write_terminal_rows"},
+        {"oldest_phase": "store", "oldest_store_operation": "complete_many"},
     ),
     "lease-loss": (
         "completed",
@@ -152,6 +152,21 @@ def test_a_scenario_without_randomness_ignores_the_seed(name: str) -> None:
     assert _run(name, seed=7).events_jsonl() == _run(name).events_jsonl()
 
 
+def test_the_store_outage_begins_before_the_run_ends_whatever_the_seed() -> None:
+    # With the outage from 5 s, seed 3's run ended at 4.68 s: no stall at all.
+    result = _run("store-outage", seed=3)
+    assert result.held, result.problems
+    assert {s["oldest_phase"] for s in result.stalls} == {"store"}
+
+
+def test_a_store_call_of_no_measurable_age_is_named_by_no_line() -> None:
+    # Heartbeats in flight at the instant a stall line was taken were named
+    # as its oldest store operation, at 0 ms, in lines that blame a provider.
+    lines = _run("hung-provider").stalls
+    assert lines
+    assert all(s["oldest_store_operation"] is None for s in lines if s["oldest_store_ms"] == 0)
+
+
 def test_the_dispatcher_crash_reaches_every_waiting_row() -> None:
     result = _run("dispatcher-crash")
     counts = result.counts()
@@ -201,6 +216,6 @@ def test_a_summary_says_what_stalled_and_why() -> None:
     assert summary["status"] == "completed"
     assert summary["expectations_held"] is True
     assert summary["causes"] == [
-        {"phase": "store", "provider": None, "store_operation": "write_terminal_rows", "tool": None}
+        {"phase": "store", "provider": None, "store_operation": "complete_many", "tool": None}
     ]
     assert summary["longest_unsettled_ms"] >= 180_000 - 5_000

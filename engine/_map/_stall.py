@@ -18,7 +18,8 @@ for a slot, a rate turn or a pause), ``oldest_tool``,
 ``oldest_provider`` and ``oldest_row_key`` of the oldest unsettled item (the
 one ``oldest_phase`` names; ``null`` where it has none), and
 ``store_active``, ``oldest_store_ms`` and ``oldest_store_operation``: the
-run's store calls in flight and the oldest of them; and ``loop_lag_ms``, the
+run's store calls in flight and the oldest of them (its operation ``null``
+while it has been in flight for less than a millisecond); and ``loop_lag_ms``, the
 largest lateness of the event loop during the last interval (see
 :mod:`trioplay._loop_lag`; 0 when it stayed under ``loop_lag_threshold``).
 
@@ -238,7 +239,10 @@ class MapStallObserver:
             "oldest_row_key": oldest[2] if oldest is not None else None,
             "store_active": store_active,
             "oldest_store_ms": _ms(now - store[0]) if store is not None else 0,
-            "oldest_store_operation": store[1] if store is not None else None,
+            # A call in flight for no measurable time is no one's cause.
+            "oldest_store_operation": (
+                store[1] if store is not None and _ms(now - store[0]) > 0 else None
+            ),
             "loop_lag_ms": _ms(lag),
         }
 
