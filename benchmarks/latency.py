@@ -169,9 +169,8 @@ def measure(name: str, n: int, latency: float, in_flight: int, stores: Stores) -
 class TimedStore:
     """A store that times its claims and completions: each call, and when each key was in one.
 
-    Its clock is the one the typed events are stamped with under Trio's
-    ``SystemClock``, ``time.perf_counter`` (``Recorder.bind_clock``), not
-    ``trio.current_time``, which adds a random offset.
+    Its clock is the one the typed events are stamped with,
+    ``trio.current_time()`` (``Recorder.bind_clock``).
     """
 
     TIMED = ("claim_many", "complete_many", "write_terminal_rows")
@@ -189,11 +188,11 @@ class TimedStore:
         keys = self.keys[name]
 
         async def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
+            started = trio.current_time()
             try:
                 return await found(*args, **kwargs)
             finally:
-                ended = time.perf_counter()
+                ended = trio.current_time()
                 items = args[-1]  # the requests, completions or sheet rows
                 calls.append((ended - started, len(items)))
                 for item in items:

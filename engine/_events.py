@@ -1,4 +1,9 @@
-"""Structured runtime events, delivered to ``open_runtime(on_event=...)``."""
+"""Structured runtime events, delivered to ``open_runtime(on_event=...)``.
+
+The runtime does not make them itself: it records typed records once
+(:mod:`trioplay._trace`), and a listener's events are read from those by one
+table (:data:`trioplay._trace._listen.FACTS`), with the record's time.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ class RuntimeEvent:
 
     ``type`` is dotted (``run.started``, ``map.progress``, ``map.stall``,
     ``map.finished``, ``run.finished``, ``play.log``, ...); ``at`` is the
-    Trio clock time; ``data`` is JSON-able.
+    Trio clock time of the record it was read from; ``data`` is JSON-able.
     """
 
     type: str

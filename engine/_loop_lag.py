@@ -7,8 +7,8 @@ would be a lease that expired while its heartbeat could not run. One
 :class:`LoopWatch` per run (a task of the run's nursery, started next to
 the dispatcher's) sleeps ``loop_lag_threshold / 2`` at a time and measures
 how late it wakes. A wake later than ``Limits.loop_lag_threshold`` is a
-``loop.lag`` event (``lag_ms``, ``threshold_ms``; to ``on_event`` and, as
-a record, to the run's recorder), and the largest lag of
+``loop.lag`` record (``lag_ms``, ``threshold_ms``) to the run's recorder
+(``on_event`` listeners get it from there), and the largest lag of
 the last stall interval is the stall line's ``loop_lag_ms``, which names
 phase ``loop`` when it reached the threshold.
 
@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -60,12 +60,12 @@ class LoopWatch:
     def __init__(
         self,
         threshold: float,
-        emit: Callable[[str, dict[str, Any]], None],
-        trace: Recorder | None = None,
+        facts: Recorder | None = None,
+        run_id: str = "",
     ) -> None:
         self.threshold = threshold
-        self._emit = emit
-        self._trace = trace
+        self._facts = facts
+        self._run_id = run_id
         # (woke at, lag) of the lags at or above the threshold, oldest first.
         self._lags: deque[tuple[float, float]] = deque(maxlen=1024)
         self._deadline = math.inf  # when the watchdog is due to wake next
@@ -108,10 +108,8 @@ class LoopWatch:
         lag = woke - due
         if lag >= self.threshold:
             self._lags.append((woke, lag))
-            lag_ms, threshold_ms = _ms(lag), _ms(self.threshold)
-            self._emit("loop.lag", {"lag_ms": lag_ms, "threshold_ms": threshold_ms})
-            if self._trace is not None:
-                self._trace.add(LoopLag, float(lag_ms), float(threshold_ms))
+            if self._facts is not None:
+                self._facts.add(LoopLag, float(_ms(lag)), float(_ms(self.threshold)), self._run_id)
 
     def lag_since(self, since: float) -> float:
         """The largest lag at or above the threshold seen at or after ``since`` (0 if none).

@@ -15,10 +15,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import trio
 
 from ._errors import CorruptReceipt, PlayDefinitionError
-from ._events import RuntimeEvent, deliver
 from ._keys import fetch_receipt_key
 from ._phase import StoreCalls, current_row
 from ._receipts import Dispatcher, local_executor
@@ -27,9 +25,10 @@ from ._trace._records import PlayLog
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    import trio
+
     from ._budget import ByteBudget
     from ._cleanup import CleanupBudget
-    from ._events import EventSink
     from ._fetch import Fetcher, FetchOptions, FetchResponse
     from ._limits import Limits
     from ._loop_lag import LoopWatch
@@ -57,9 +56,11 @@ class RunServices:
     fetcher: Callable[[], Awaitable[Fetcher]]
     cleanup: CleanupBudget
     """The run's one cleanup budget: the map's writer and page leases clean up within it."""
-    on_event: EventSink | None = None
+    facts: Recorder | None = None
+    """Where every event goes (the ``on_event`` listener reads its facts), or ``None``."""
     trace: Recorder | None = None
-    """Where the typed events go, or ``None``: test it before building one."""
+    """``facts`` when a sink wants every event (a row's, a call's), else ``None``: test it
+    before building one."""
     store_calls: StoreCalls = attrs.field(factory=StoreCalls)
     """The run's store calls in flight (``store`` reports to it), for the stall line."""
     loop_watch: LoopWatch | None = None
@@ -67,20 +68,14 @@ class RunServices:
     datasets: set[str] = attrs.field(factory=set)
     """The names of the datasets run so far in this attempt."""
 
-    def emit(self, type: str, data: dict[str, Any]) -> None:
-        """Deliver a :class:`RuntimeEvent` of this run to the user's sink."""
-        if self.on_event is not None:
-            deliver(self.on_event, RuntimeEvent(type, self.run_id, trio.current_time(), data))
-
     def log(self, message: str, **where: str) -> None:
         """A ``play.log`` line and event; ``where`` names the map and row, if any."""
         if where:
             play_log.info("[%s] %s[%s]: %s", self.run_id, where["map"], where["row"], message)
         else:
             play_log.info("[%s] %s", self.run_id, message)
-        self.emit("play.log", {"message": str(message), **where})
-        if self.trace is not None:
-            self.trace.add(PlayLog, str(message), where.get("map"), where.get("row"))
+        if self.facts is not None:
+            self.facts.add(PlayLog, str(message), where.get("map"), where.get("row"), self.run_id)
 
     async def step(
         self, receipt_key: str, name: str, fn: Callable[[], Any], stale_after: float | None

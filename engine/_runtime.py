@@ -24,7 +24,6 @@ from ._errors import (
     RunIdConflict,
     format_error,
 )
-from ._events import EventSink, RuntimeEvent, deliver
 from ._governor import Governor
 from ._json import canonical_json, digest, dumps, dumps_output
 from ._limits import FetchTimeouts, Limits
@@ -36,15 +35,17 @@ from ._receipts import DispatchSetup, DispatchStats, open_dispatcher
 from ._run import RunServices
 from ._store import Store
 from ._tools import ToolRegistry
+from ._trace._listen import EventListener
+from ._trace._recorder import Recorder
 from ._trace._records import RunFinished, RunStarted
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+    from ._events import EventSink
     from ._fetch import Fetcher, FetchResponse
     from ._receipts import Dispatcher
     from ._records import RunStatus
-    from ._trace import Recorder
 
 log = logging.getLogger("trioplay")
 
@@ -118,8 +119,11 @@ class Runtime:
         self._fetcher: Fetcher | None = None
         self._fetcher_lock = trio.Lock()
         self.on_event = on_event
-        self.trace = recorder
-        """Where the typed events go (``open_runtime(recorder=...)``), or ``None``."""
+        self.facts = recorder
+        """Where every event goes (``open_runtime(recorder=...)``, with the ``on_event``
+        listener attached), or ``None`` when nobody listens."""
+        self.trace = recorder if recorder is not None and recorder.detailed else None
+        """:attr:`facts` when a sink wants every event (a row's, a call's), else ``None``."""
         self.wall_clock = wall_clock
         self.governor = Governor(limits.max_concurrent_external_calls, limits.max_provider_share)
         self.row_limiter = trio.CapacityLimiter(limits.max_concurrent_rows)
@@ -182,9 +186,8 @@ class Runtime:
                 play=name,
                 input_json=input_json,
             )
-        self._emit(run_id, "run.started", {"play": name, "attempt": record.attempt})
-        if self.trace is not None:
-            self.trace.add(RunStarted, run_id, name, record.attempt)
+        if self.facts is not None:
+            self.facts.add(RunStarted, run_id, name, record.attempt)
         status: RunStatus = "failed"
         error: str | None = None
         output_json: str | None = None
@@ -209,11 +212,7 @@ class Runtime:
             )
             async with open_dispatcher(setup) as dispatcher:
                 stats = dispatcher.stats
-                loop_watch = LoopWatch(
-                    self.limits.loop_lag_threshold,
-                    functools.partial(self._emit, run_id),
-                    self.trace,
-                )
+                loop_watch = LoopWatch(self.limits.loop_lag_threshold, self.facts, run_id)
                 services = RunServices(
                     run_id=run_id,
                     attempt=record.attempt,
@@ -226,7 +225,7 @@ class Runtime:
                     row_budget=self.row_budget,
                     receipts=dispatcher,
                     fetcher=self.fetcher,
-                    on_event=self.on_event,
+                    facts=self.facts,
                     trace=self.trace,
                     store_calls=store_calls,
                     loop_watch=loop_watch,
@@ -287,16 +286,8 @@ class Runtime:
                         raise
                 except Exception as exc:
                     log.warning("run %s: could not record its end: %s", run_id, exc)
-            self._emit(
-                run_id,
-                "run.finished",
-                {"status": status, "error": error, "stats": _stats_dict(stats)},
-            )
-            if self.trace is not None:
-                self.trace.add(RunFinished, run_id, status, error)
-
-    def _emit(self, run_id: str, type: str, data: dict[str, Any]) -> None:
-        deliver(self.on_event, RuntimeEvent(type, run_id, trio.current_time(), data))
+            if self.facts is not None:
+                self.facts.add(RunFinished, run_id, status, error, _stats_dict(stats))
 
 
 @trio.lowlevel.disable_ki_protection
@@ -354,28 +345,43 @@ async def open_runtime(
     On exit every task, socket and connection the runtime opened is closed.
     """
     limits = limits or Limits()
+    # on_event is a sink of the recorder's, live: the recorder is the one stream.
+    listener = EventListener(on_event) if on_event is not None else None
+    owned = recorder is None and listener is not None
+    if listener is not None:
+        if recorder is None:
+            recorder = Recorder(listener)
+        else:
+            recorder.attach(listener)
     if recorder is not None:
         recorder.bind_clock()
-    resolved = _resolve_store(store)
-    await resolved.open()
     try:
-        async with AsyncExitStack() as exit_stack:
-            yield Runtime(
-                store=resolved,
-                tools=tools if tools is not None else ToolRegistry(),
-                limits=limits,
-                fetch_timeouts=fetch_timeouts or FetchTimeouts(),
-                allow_networks=allow_networks,
-                http_transport=http_transport,
-                exit_stack=exit_stack,
-                on_event=on_event,
-                wall_clock=wall_clock,
-                recorder=recorder,
-            )
+        resolved = _resolve_store(store)
+        await resolved.open()
+        try:
+            async with AsyncExitStack() as exit_stack:
+                yield Runtime(
+                    store=resolved,
+                    tools=tools if tools is not None else ToolRegistry(),
+                    limits=limits,
+                    fetch_timeouts=fetch_timeouts or FetchTimeouts(),
+                    allow_networks=allow_networks,
+                    http_transport=http_transport,
+                    exit_stack=exit_stack,
+                    on_event=on_event,
+                    wall_clock=wall_clock,
+                    recorder=recorder,
+                )
+        finally:
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + limits.cleanup_timeout
+                await resolved.aclose()
     finally:
-        with trio.CancelScope(shield=True) as scope:
-            scope.deadline = trio.current_time() + limits.cleanup_timeout
-            await resolved.aclose()
+        if recorder is not None and listener is not None:
+            if owned:
+                recorder.close()
+            else:
+                recorder.detach(listener)
 
 
 def run(play: Play, input: Any = None, *, run_id: str | None = None, **options: Any) -> Any:

@@ -7,11 +7,6 @@ whatever Trio did, and each use degrades to something correct but weaker:
 =====================================  ==========================================
 private name                           what trioplay does with it, and without it
 =====================================  ==========================================
-``trio._core._run.SystemClock``        the recorder reads ``time.perf_counter``
-                                       itself under Trio's default clock (a C
-                                       call per event); without it, it calls the
-                                       clock's ``current_time`` (slower, the same
-                                       times)
 ``trio._core._run._r`` and             :func:`seeded_scheduler`: tasks that wake
 ``_ALLOW_DETERMINISTIC_SCHEDULING``    together run in an order drawn from a
                                        seed, so a scenario under a mock clock
@@ -42,15 +37,6 @@ except ImportError:  # pragma: no cover - only with a Trio that moved it
     _core_run = None  # type: ignore[assignment]
 
 
-class _Missing:
-    """Stands for a Trio class that moved: no object is ever of this type."""
-
-
-def _system_clock(core_run: object) -> type | None:
-    found = getattr(core_run, "SystemClock", None)
-    return found if isinstance(found, type) else None
-
-
 def _scheduler_random(core_run: object) -> random.Random | None:
     found = getattr(core_run, "_r", None)
     return found if isinstance(found, random.Random) else None
@@ -60,21 +46,12 @@ def _has_switch(core_run: object) -> bool:
     return isinstance(getattr(core_run, "_ALLOW_DETERMINISTIC_SCHEDULING", None), bool)
 
 
-SystemClock: type = _system_clock(_core_run) or _Missing
-"""The type of Trio's default clock (``type(clock) is SystemClock``)."""
-
-
 def problems(core_run: object = _core_run) -> list[str]:
     """What trioplay needs from Trio's internals and ``core_run`` lacks, one message each.
 
     ``core_run`` is the module ``trio._core._run`` (``None`` if it moved).
     """
     found = []
-    if _system_clock(core_run) is None:
-        found.append(
-            "trio._core._run.SystemClock moved: trioplay needs it to tell Trio's default"
-            f" clock from a mock clock (the recorder's fast clock); update {_HERE}"
-        )
     if _scheduler_random(core_run) is None:
         found.append(
             "trio._core._run._r moved: trioplay needs the scheduler's random.Random"

@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-import trioplay
 from trioplay._cli import _demo, main
 from trioplay._cli._playfile import split_play_ref
 from trioplay._cli._progress import MapProgress, RunOutcome, RunReporter, format_summary
 from trioplay._runtime import DEFAULT_STORE_URL
+from trioplay._trace import _records as te
+from trioplay._trace._records import Raw
 
 REPO = Path(__file__).resolve().parent.parent
 SUBPROCESS_TIMEOUT = 120
@@ -590,11 +591,20 @@ def test_ctrl_c_exits_130_and_records_the_run(tmp_path: Path) -> None:
 # -- progress and summary ---------------------------------------------------------------
 
 
-def event(kind: str, at: float, **data: Any) -> trioplay.RuntimeEvent:
-    return trioplay.RuntimeEvent(kind, "r", at, data)
+def event(kind: str, at: float, **data: Any) -> Raw:
+    """The raw record (what a recorder hands its sinks) of a ``RuntimeEvent`` ``kind``."""
+    if kind == "run.started":
+        return (te.RunStarted, at, "r", data["play"], data["attempt"])
+    if kind == "map.started":
+        return (te.MapStarted, at, "r", data["map"], data["total"])
+    counts = [data.get(name, 0) for name in ("completed", "failed", "skipped", "duplicates")]
+    if kind == "map.progress":
+        return (te.MapProgress, at, data["map"], *counts, 0, data["total"])
+    assert kind == "map.finished"
+    return (te.MapFinished, at, data["map"], "completed", *counts, 0, data["total"])
 
 
-def progress_events(total: int = 10_000) -> list[trioplay.RuntimeEvent]:
+def progress_events(total: int = 10_000) -> list[Raw]:
     events = [event("run.started", 0.0, play="p", attempt=1)]
     events.append(event("map.started", 0.0, map="leads", total=total))
     for step in range(1, 21):  # every 0.25 s for 5 s, 200 rows per step, 1 in 40 failing
@@ -618,9 +628,9 @@ def test_plain_progress_lines_come_at_most_every_two_seconds() -> None:
     stream = io.StringIO()
     reporter = RunReporter(stream, interactive=False)
     for item in progress_events():
-        reporter(item)
-    reporter(
-        event("map.finished", 5.0, map="leads", completed=3900, failed=100, skipped=0, total=10_000)
+        reporter.write([item])
+    reporter.write(
+        [event("map.finished", 5.0, map="leads", completed=3900, failed=100, total=10_000)]
     )
     assert stream.getvalue().splitlines() == [
         "leads: 200/10,000 rows (195 ok, 5 failed) 800 rows/s, eta 12 s",
@@ -634,10 +644,12 @@ def test_progress_bar_on_a_terminal_lives_only_while_the_map_runs() -> None:
     stream = io.StringIO()
     reporter = RunReporter(stream, interactive=True)
     for item in progress_events(4000):
-        reporter(item)
+        reporter.write([item])
     assert reporter._progress is not None  # live while the map runs
     reporter.write_line("a log line")
-    reporter(event("map.finished", 5.0, map="leads", completed=3900, failed=100, total=4000))
+    reporter.write(
+        [event("map.finished", 5.0, map="leads", completed=3900, failed=100, total=4000)]
+    )
     assert reporter._progress is None
     text = stream.getvalue()
     assert "a log line" in text

@@ -117,14 +117,47 @@ def test_nothing_below_the_play_context_imports_it() -> None:
     assert importers == {"trioplay", "trioplay._runtime"}
 
 
-def test_the_cli_sits_on_top() -> None:
-    importers = {
+def _importers_of(room: str) -> set[str]:
+    """The engine modules outside ``room`` (a dotted prefix) that import from it."""
+    return {
         module
         for module, path in ENGINE.items()
-        if not module.startswith("trioplay._cli")
-        and any(t.startswith("trioplay._cli") for t in _imports(module, path))
+        if not module.startswith(room) and any(t.startswith(room) for t in _imports(module, path))
     }
-    assert importers == {"trioplay.__main__"}
+
+
+def test_the_cli_sits_on_top() -> None:
+    assert _importers_of("trioplay._cli") == {"trioplay.__main__"}
+
+
+def _eager_imports(path: Path) -> set[str]:
+    """What ``path`` imports outside its functions (when it is imported), as written."""
+    found: set[str] = set()
+    pending: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"))]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def test_the_pictures_sit_above_the_core_and_are_imported_lazily() -> None:
+    # Drawing is a tool of the command line and the scenario lab, not of a run:
+    # the core never imports it, and those two only inside the function that draws.
+    importers = _importers_of("trioplay._pictures")
+    assert importers == {"trioplay._cli._commands", "trioplay._scenario._run"}
+    for module in importers:
+        eager = _eager_imports(ENGINE[module])
+        assert not any("_pictures" in name for name in eager), f"{module}: not lazily"
+    # The room reads the records and their spans, nothing of the runtime.
+    for module, path in ENGINE.items():
+        if module.startswith("trioplay._pictures"):
+            reached = {t for t in _imports(module, path) if t.startswith("trioplay.")}
+            outside = {t for t in reached if not t.startswith("trioplay._pictures")}
+            assert {t.split(".")[1] for t in outside} <= {"_trace"}, module
 
 
 @pytest.mark.parametrize("package", ["trioplay.stores", "trioplay.adapters"])
@@ -201,9 +234,10 @@ def test_store_modules_import_only_public_names_from_each_other() -> None:
     assert private == []
 
 
-def test_no_class_in_stores_is_over_300_lines() -> None:
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_class_is_over_300_lines(package: str) -> None:
     large = []
-    for module, path in _modules("trioplay.stores").items():
+    for module, path in _modules(package).items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
                 lines = node.end_lineno - node.lineno + 1

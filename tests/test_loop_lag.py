@@ -122,7 +122,7 @@ async def test_a_lag_the_watchdog_has_not_yet_measured_counts(
     # watchdog in the same turn of the loop: the watchdog is overdue then.
     from trioplay._loop_lag import LoopWatch
 
-    watch = LoopWatch(0.5, lambda _type, _data: None)
+    watch = LoopWatch(0.5)  # nobody listens
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch.run)
         # The loop is idle: the watchdog sleeps until this task's deadline
@@ -158,6 +158,6 @@ async def test_a_blocked_loop_is_a_recorded_event_too(
         await rt.run(_play(resolver), {}, run_id="r")
     recorder.close()
     lags = [e for e in kept.events if isinstance(e, r.LoopLag)]
-    assert lags == [r.LoopLag(at=5.0, lag_ms=4750.0, threshold_ms=500.0)]
+    assert lags == [r.LoopLag(at=5.0, lag_ms=4750.0, threshold_ms=500.0, run="r")]
     [stall, *_] = [e for e in kept.events if isinstance(e, r.MapStall)]
     assert (stall.phase, stall.report["loop_lag_ms"]) == ("loop", 4750)

@@ -26,6 +26,7 @@ from trioplay._map._result import MapResult
 from trioplay._map._writer import TerminalRow, TerminalRowWriter, open_terminal_writer
 from trioplay._records import SheetRow
 from trioplay._trace import ListSink, Recorder
+from trioplay._trace._listen import EventListener
 from trioplay.stores.memory import MemoryStore
 
 ROOM = Path(__file__).resolve().parent.parent / "engine" / "_map"
@@ -181,9 +182,8 @@ class _Map:
     def __init__(self) -> None:
         self.done: list[str] = []
         self.events: list[tuple[str, dict[str, Any]]] = []
-        self.report = MapReport(
-            "r", "ds", lambda kind, data: self.events.append((kind, data)), None
-        )
+        told = EventListener(lambda event: self.events.append((event.type, event.data)))
+        self.report = MapReport("r", "ds", Recorder(told), None)
         result = MapResult(dataset="ds", run_id="r", sheet=MemoryStore(), retained_budget=10_000)
         self.ledger = CommitLedger(result, self.done.append, self.report)
 
@@ -319,7 +319,7 @@ async def test_a_store_error_in_the_block_cancels_the_writer(
 ) -> None:
     writes, store = _Writes(), MemoryStore(write_delay=5.0)
     recorder = Recorder(sink := ListSink())
-    report = MapReport("r", "ds", lambda kind, data: None, recorder)
+    report = MapReport("r", "ds", None, recorder)
     with pytest.raises(type(error)) as info:
         await _admit_then_raise(writes.open(store, report=report), error)
     assert info.value is error

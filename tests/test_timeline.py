@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from trioplay._pictures._timeline import _CHAR, render_timeline
 from trioplay._trace._cause import stall_blame, stall_cause
-from trioplay._trace._timeline import _CHAR, render_timeline
 from trioplay.adapters.scenarios import BUILT_IN, find
 from trioplay.events import MapStall, RunFinished, RunStarted
 from trioplay.scenario import run_scenario

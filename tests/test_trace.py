@@ -15,9 +15,9 @@ import trio
 import trio.testing
 
 import trioplay
+from trioplay._pictures import render_timeline
 from trioplay._trace import ChromeTraceSink, Event, JsonlSink, ListSink, Recorder, read_events
 from trioplay._trace import _records as r
-from trioplay._trace._timeline import render_timeline
 from trioplay._trio_private import seeded_scheduler
 from trioplay.stores.memory import MemoryStore
 

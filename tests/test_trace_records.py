@@ -65,12 +65,13 @@ def test_the_jsonl_fast_path_writes_what_the_converter_does(event: Event) -> Non
 
 def test_a_value_not_of_its_declared_type_still_writes_valid_json() -> None:
     kind = EVENT_TYPES["loop.lag"]
-    assert json.loads(json_line((kind, 1.0, 7, 5))) == {
+    assert json.loads(json_line((kind, 1.0, 7, 5, "r"))) == {
         "type": "loop.lag",
         "v": VERSION,
         "at": 1.0,
         "lag_ms": 7,
         "threshold_ms": 5,
+        "run": "r",
     }
 
 
@@ -139,3 +140,20 @@ def test_a_time_is_written_to_the_microsecond_as_its_record_holds_it(at: float) 
     assert record.at == float(f"{at:.6f}")
     assert json_line(raw) == json.dumps(to_json(record), separators=(",", ":")) + "\n"
     assert from_json(json.loads(json_line(raw))) == record
+
+
+def test_a_line_written_before_a_field_was_added_reads_with_its_default() -> None:
+    # run.finished's stats and map.finished's total came later, in version 2.
+    finished = from_json(
+        {"type": "run.finished", "v": VERSION, "at": 2.0, "run": "r", "status": "completed"}
+        | {"error": None}
+    )
+    assert finished == EVENT_TYPES["run.finished"](2.0, "r", "completed", None, {})
+    counts = {"completed": 1, "failed": 0, "skipped": 0, "duplicates": 0, "unconfirmed": 0}
+    line = {"type": "map.finished", "v": VERSION, "at": 1.0, "map": "m", "status": "failed"}
+    assert from_json(line | counts) == EVENT_TYPES["map.finished"](
+        1.0, "m", "failed", 1, 0, 0, 0, 0
+    )
+    # A field with no default is still required.
+    with pytest.raises(ValueError, match="missing field 'total'"):
+        from_json({"type": "map.progress", "v": VERSION, "at": 1.0, "map": "m"} | counts)

@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from trioplay import _trio_private
-from trioplay._trio_private import SystemClock, problems, seeded_scheduler
+from trioplay._trio_private import problems, seeded_scheduler
 
 
 def test_every_private_name_trioplay_uses_is_where_it_was() -> None:
@@ -23,23 +23,12 @@ def test_every_private_name_trioplay_uses_is_where_it_was() -> None:
 
 def test_a_moved_name_is_named_with_what_to_update() -> None:
     # A stand-in for a trio._core._run that lost everything trioplay reads.
-    moved = problems(types.SimpleNamespace(SystemClock=object(), _r=None))
-    assert len(moved) == 3
-    for message, name in zip(
-        moved, ["SystemClock", "_r", "_ALLOW_DETERMINISTIC_SCHEDULING"], strict=True
-    ):
+    moved = problems(types.SimpleNamespace(_r=None))
+    assert len(moved) == 2
+    for message, name in zip(moved, ["_r", "_ALLOW_DETERMINISTIC_SCHEDULING"], strict=True):
         assert message.startswith(f"trio._core._run.{name} moved: trioplay needs ")
         assert message.endswith("update engine/_trio_private.py")
     assert problems(None) == moved
-
-
-async def test_system_clock_is_the_type_of_trios_default_clock() -> None:
-    clock = trio.lowlevel.current_clock()
-    assert type(clock) is SystemClock, (
-        f"Trio's default clock is a {type(clock).__qualname__}, not trio._core._run.SystemClock:"
-        " trioplay needs the type of the default clock; update engine/_trio_private.py"
-    )
-    assert not isinstance(trio.testing.MockClock(), SystemClock)
 
 
 def _wake_order() -> list[int]:

@@ -325,7 +325,7 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
     the queries after it (the store may be gone by then) only leaves the
     sheet counts out of the summary.
     """
-    async with open_recording(spec.events, spec.trace) as recorder:
+    async with open_recording(spec.events, spec.trace, reporter) as recorder:
         return await _run_recorded(spec, reporter, recorder)
 
 
@@ -339,7 +339,6 @@ async def _run_recorded(
         limits=settings.limits,
         fetch_timeouts=settings.fetch_timeouts,
         allow_networks=settings.allow_networks,
-        on_event=reporter,
         recorder=recorder,
     ) as rt:
         error: Exception | None = None
@@ -590,8 +589,8 @@ async def _export_command(
 
 
 def _cmd_timeline(args: argparse.Namespace, session: _Session) -> int:
+    from .._pictures import render_timeline
     from .._trace import read_events
-    from .._trace._timeline import render_timeline
 
     source: str = args.events
     out: str = args.out or str(Path(source).with_suffix(".svg"))

@@ -1,7 +1,10 @@
 """What the command line shows while a run works, and the summary after it.
 
-:class:`RunReporter` is an ``on_event`` sink. It follows ``map.started``,
-``map.progress`` and ``map.finished`` events and shows, on stderr:
+:class:`RunReporter` is a sink of the run's recorder like the event files'
+(``trioplay.events.Sink``), a live one: it reads the records as the
+``RuntimeEvent`` events every ``on_event`` listener gets (one table,
+:data:`trioplay._trace._listen.FACTS`, derives them) and follows
+``run.*``, ``map.started``, ``map.progress`` and ``map.finished``. It shows, on stderr:
 
 - on a terminal, a rich progress bar per running map (rows done of the total,
   completed and failed, rate, ETA) that exists only while a map runs;
@@ -21,6 +24,8 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
+
+from .._trace._listen import EventStream
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -101,8 +106,8 @@ class RunOutcome:
         return self.finished_at - self.started_at
 
 
-class RunReporter:
-    """Progress on stderr from runtime events; pass it as ``on_event``.
+class RunReporter(EventStream):
+    """Progress on stderr from runtime events; a sink of the run's recorder.
 
     ``interactive`` defaults to whether stderr is a terminal. ``stream``
     defaults to ``sys.stderr`` as it is when a line is written (so a test's
@@ -117,6 +122,7 @@ class RunReporter:
         interactive: bool | None = None,
         interval: float = 2.0,
     ) -> None:
+        super().__init__()
         self._stream = stream
         self.interactive = self.stream.isatty() if interactive is None else interactive
         self.interval = interval
@@ -130,7 +136,7 @@ class RunReporter:
         return self._stream if self._stream is not None else sys.stderr
 
     # -- the event sink -----------------------------------------------------
-    def __call__(self, event: RuntimeEvent) -> None:
+    def tell(self, event: RuntimeEvent) -> None:
         handler = _HANDLERS.get(event.type)
         if handler is not None:
             handler(self, event)

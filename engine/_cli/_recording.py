@@ -1,4 +1,5 @@
-"""``--events FILE.jsonl`` and ``--trace FILE.json`` of ``run`` and ``demo``: the recorder.
+"""The recorder of ``run`` and ``demo``: the progress reporter, ``--events FILE.jsonl``
+and ``--trace FILE.json``, all sinks of one recorder.
 
 Both files are written through :func:`._export.open_output` (``-``, symlinks,
 FIFOs, a regular file renamed into place once complete) and kept when the
@@ -23,15 +24,18 @@ if TYPE_CHECKING:
 
 
 @contextlib.asynccontextmanager
-async def open_recording(events: str | None, trace: str | None) -> AsyncIterator[Recorder | None]:
-    """A recorder writing ``events`` (JSON Lines) and ``trace`` (Chrome trace JSON), or
-    ``None`` when neither is asked for. Close the runtime inside the block: the
-    recorder is closed (its last events written) when the block is left."""
-    if events is None and trace is None:
+async def open_recording(
+    events: str | None, trace: str | None, *live: Sink
+) -> AsyncIterator[Recorder | None]:
+    """A recorder handing the run's events to ``live`` (the progress reporter) and writing
+    ``events`` (JSON Lines) and ``trace`` (Chrome trace JSON); ``None`` when there is
+    no sink at all. Close the runtime inside the block: the recorder is closed (its
+    last events written) when the block is left."""
+    if events is None and trace is None and not live:
         yield None
         return
     async with contextlib.AsyncExitStack() as files:
-        sinks: list[Sink] = []
+        sinks: list[Sink] = list(live)
         if events is not None:
             file = await files.enter_async_context(open_output(events, keep_on_error=True))
             sinks.append(JsonlSink(file.wrapped))

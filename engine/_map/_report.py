@@ -1,15 +1,17 @@
 """What a map tells the world: every event the map room emits, in one place.
 
-A map speaks on two streams: :class:`~trioplay.RuntimeEvent` (``services.emit``,
-for ``on_event`` listeners) and the typed records of :mod:`trioplay._trace`
-(``trace.add``, when a recorder listens). :class:`MapReport` is the only
-code of the room that writes to either: the runner, the page leases, the
-stall observer (through its ``emit`` hook) and the terminal-row writer call
-its methods, so a change to the streams changes this file alone.
+A map speaks in the typed records of :mod:`trioplay._trace`, its one stream:
+its facts (started, progress, finished, stall, page lost) go to ``facts``
+whenever anyone listens (``on_event`` listeners read them from there, see
+:mod:`trioplay._trace._listen`), its pages, rows and batches to ``trace``
+when a sink wants every event. :class:`MapReport` is the only code of the
+room that writes to either: the runner, the page leases, the stall observer
+(through its ``emit`` hook) and the terminal-row writer call its methods, so
+a change to the stream changes this file alone.
 
-The per-row methods (``row_*``) record only typed events, and only when
-:attr:`MapReport.trace` is set; their callers test it first, so a map that
-nobody records pays one attribute read per row and no call.
+The per-row methods (``row_*``) record only when :attr:`MapReport.trace` is
+set; their callers test it first, so a map that nobody records pays one
+attribute read per row and no call.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .._trace._records import (
     MapStall,
     MapStarted,
     PageFinished,
+    PageLost,
     PageStarted,
     RowAdmitted,
     RowCommitted,
@@ -67,18 +70,18 @@ class _Batched(Protocol):
 class MapReport:
     """The events of one map: started, progress, finished, stalls, pages, rows, batches."""
 
-    __slots__ = ("_changed", "_dirty", "_emit", "_run_id", "_total", "name", "trace")
+    __slots__ = ("_changed", "_dirty", "_facts", "_run_id", "_total", "name", "trace")
 
     def __init__(
         self,
         run_id: str,
         name: str,
-        emit: Callable[[str, dict[str, Any]], None],
+        facts: Recorder | None,
         trace: Recorder | None,
     ) -> None:
         self._run_id = run_id
         self.name = name
-        self._emit = emit
+        self._facts = facts  # None when nobody listens
         self.trace = trace  # None when nobody records: test it before a row_* call
         self._total: int | None = None
         self._dirty = False  # counts changed since the last progress event
@@ -87,18 +90,12 @@ class MapReport:
     # -- the whole map ------------------------------------------------------
     def started(self, total: int | None) -> None:
         self._total = total
-        self._emit("map.started", {"map": self.name, "total": total})
-        if self.trace is not None:
-            self.trace.add(MapStarted, self._run_id, self.name, total)
-
-    def _counts(self, counts: MapCounts) -> dict[str, Any]:
-        return {"map": self.name, **counts._asdict(), "total": self._total}
+        if self._facts is not None:
+            self._facts.add(MapStarted, self._run_id, self.name, total)
 
     def progress(self, counts: MapCounts) -> None:
-        data = self._counts(counts)
-        self._emit("map.progress", data)
-        if self.trace is not None:
-            self.trace.add(MapProgress, *data.values())
+        if self._facts is not None:
+            self._facts.add(MapProgress, self.name, *counts, self._total, self._run_id)
 
     def changed(self) -> None:
         """The counts changed: the next progress tick reports them."""
@@ -122,22 +119,19 @@ class MapReport:
             self._changed = trio.Event()
             self.progress(counts())
 
-    def finished(self, counts: MapCounts) -> None:
-        """The ``map.finished`` event of a map that completed."""
-        self._emit("map.finished", self._counts(counts))
-
     def ended(self, status: str, counts: MapCounts) -> None:
-        """The typed ``map.finished`` record, of a map that completed or failed."""
-        if self.trace is not None:
-            self.trace.add(MapFinished, self.name, status, *counts)
+        """The ``map.finished`` record, of a map that completed or failed."""
+        if self._facts is not None:
+            self._facts.add(MapFinished, self.name, status, *counts, self._total, self._run_id)
 
     def stalled(self, report: dict[str, Any]) -> None:
-        """A page's stall line (the observer's ``emit`` hook): its event and its record."""
-        self._emit("map.stall", report)
-        if self.trace is not None:
+        """A page's stall line (the observer's ``emit`` hook), as a record."""
+        if self._facts is not None:
             phase = str(report.get("oldest_phase"))
             cause = stall_cause(report)
-            self.trace.add(MapStall, self.name, report["page_offset"], phase, cause, dict(report))
+            self._facts.add(
+                MapStall, self.name, report["page_offset"], phase, cause, dict(report), self._run_id
+            )
 
     # -- pages --------------------------------------------------------------
     def page_started(self, offset: int, rows: int) -> None:
@@ -155,7 +149,8 @@ class MapReport:
             self.name,
             offset,
         )
-        self._emit("map.page_lost", {"map": self.name, "page_offset": offset})
+        if self._facts is not None:
+            self._facts.add(PageLost, self.name, offset, self._run_id)
 
     # -- rows (called only while ``trace`` is set) ---------------------------
     def row_admitted(self, offset: int, key: str) -> None:

@@ -74,7 +74,7 @@ async def run_map(
     """
     services.receipts.raise_if_ended()  # a dataset of a context kept past its run
     limits = services.limits
-    report = MapReport(services.run_id, name, services.emit, services.trace)
+    report = MapReport(services.run_id, name, services.facts, services.trace)
     planner = RowPlanner(services.store, services.run_id, name, key, services.attempt)
     result = MapResult(
         dataset=name,
@@ -126,7 +126,6 @@ async def run_map(
             # writer failed.
             report.progress(ledger.counts())
         services.receipts.raise_if_latched(f"dataset {name!r}")
-        report.finished(ledger.counts())
         status = "completed"
         return result
     finally:

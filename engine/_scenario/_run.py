@@ -14,7 +14,6 @@ from .._plugins import open_store
 from .._runtime import open_runtime
 from .._trace import ChromeTraceSink, JsonlSink, ListSink, Recorder, replay
 from .._trace._records import RunFinished
-from .._trace._timeline import render_timeline
 from .._trio_private import seeded_scheduler
 from ._judge import judge
 from ._result import ScenarioResult
@@ -157,6 +156,8 @@ def write_outputs(result: ScenarioResult, out: Path) -> list[Path]:
         "summary.json": json.dumps(result.summary(), indent=2, sort_keys=True) + "\n",
     }
     if result.events:  # a runtime that did not open has nothing to draw
+        from .._pictures import render_timeline
+
         files = {"timeline.svg": render_timeline(result.events), **files}
     for name, text in files.items():
         path = out / name

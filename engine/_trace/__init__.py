@@ -1,6 +1,7 @@
 """The typed event stream: records, the recorder, and its sinks (JSON Lines, Chrome trace).
 
-``docs/events.md`` is the schema; :mod:`._timeline` draws a recorded run.
+``docs/events.md`` is the schema; :mod:`._spans` pairs records into spans, which the
+Chrome sink and the pictures room (:mod:`trioplay._pictures`) draw.
 """
 
 from __future__ import annotations

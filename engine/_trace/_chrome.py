@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from . import _records as r
 from ._records import event_of
+from ._spans import Spans
 
 if TYPE_CHECKING:
-    from ._records import Event, Raw
+    from ._records import Raw
+    from ._spans import Span
 
 _RUN, _ROWS, _CALLS, _WRITER = 1, 2, 3, 4
 _PROCESSES = {_RUN: "run", _ROWS: "rows by page", _CALLS: "calls by provider", _WRITER: "writer"}
@@ -89,14 +91,16 @@ class ChromeTraceSink:
                     "args": {"sort_index": pid},
                 }
             )
-        self._rows = _Lanes(self, _ROWS)
-        self._calls = _Lanes(self, _CALLS)
-        self._writer = _Lanes(self, _WRITER)
-        self._run_lanes = _Lanes(self, _RUN)
-        # Open slices: key -> (start, tid, group, name, args), and open row phases.
-        self._open: dict[Any, tuple[float, int, str, str, dict[str, Any]]] = {}
-        self._phase: dict[Any, tuple[float, str]] = {}
-        self._tool: dict[str, str] = {}  # call key -> tool, for fetch calls' names
+        calls = _Lanes(self, _CALLS)  # fetches share the calls' process
+        self._lanes = {
+            "run": _Lanes(self, _RUN),
+            "row": _Lanes(self, _ROWS),
+            "call": calls,
+            "fetch": calls,
+            "batch": _Lanes(self, _WRITER),
+        }
+        self._tids: dict[Any, int] = {}  # the track of each open span
+        self._spans = Spans(self._ended, self._begun)
 
     # -- output -------------------------------------------------------------
     def _put(self, item: dict[str, Any]) -> None:
@@ -150,157 +154,49 @@ class ChromeTraceSink:
             }
         )
 
-    # -- slices -------------------------------------------------------------
-    def _begin(
-        self, lanes: _Lanes, key: Any, group: str, name: str, at: float, args: dict[str, Any]
-    ) -> None:
-        if key in self._open:  # begun again without an end (a retried call): end the first
-            self._end(lanes, key, at, {})
-        self._open[key] = (at, lanes.take(group), group, name, args)
+    # -- spans ------------------------------------------------------------
+    def _begun(self, kind: str, key: Any, group: str) -> None:
+        lanes = self._lanes.get(kind)
+        if lanes is not None:  # a governor slot is the timeline's, not a track here
+            self._tids[key] = lanes.take(group)
 
-    def _end(self, lanes: _Lanes, key: Any, at: float, more: dict[str, Any]) -> int | None:
-        opened = self._open.pop(key, None)
-        if opened is None:
-            return None
-        start, tid, group, name, args = opened
-        self._slice(lanes._pid, tid, name, start, at, {**args, **more})
-        lanes.give(group, tid)
-        return tid
-
-    def _row_phase(self, row: tuple[str, str], at: float, phase: str | None) -> None:
-        """End the row's current phase slice (if any) and begin ``phase``."""
-        current = self._phase.pop(row, None)
-        opened = self._open.get(("row", row))
-        if current is not None and opened is not None:
-            self._slice(_ROWS, opened[1], current[1], current[0], at, {})
-        if phase is not None and opened is not None:
-            self._phase[row] = (at, phase)
+    def _ended(self, span: Span) -> None:
+        if span.kind == "phase":  # on its row's or fetch's track, while that is open
+            tid = self._tids.get(span.key)
+            if tid is not None:
+                pid = _ROWS if span.key[0] == "row" else _CALLS
+                self._slice(pid, tid, span.name, span.start, span.end, span.args)
+            return
+        lanes = self._lanes.get(span.kind)
+        tid = self._tids.pop(span.key, None)
+        if lanes is not None and tid is not None:
+            self._slice(lanes._pid, tid, span.name, span.start, span.end, span.args)
+            lanes.give(span.group, tid)
 
     def write(self, batch: list[Raw]) -> None:
         for raw in batch:
-            event = event_of(raw)
+            e = event_of(raw)
             if self._t0 is None:
-                self._t0 = event.at
-            self._last = max(self._last, event.at)
-            self._one(event)
-
-    def _one(self, e: Event) -> None:
-        at = e.at
-        if isinstance(e, r.RunStarted):
-            self._begin(
-                self._run_lanes,
-                ("run", e.run),
-                "run",
-                f"run {e.run}",
-                at,
-                {"play": e.play, "attempt": e.attempt},
-            )
-        elif isinstance(e, r.RunFinished):
-            self._end(self._run_lanes, ("run", e.run), at, {"status": e.status, "error": e.error})
-        elif isinstance(e, r.RowAdmitted):
-            self._begin(
-                self._rows,
-                ("row", (e.map, e.row)),
-                f"{e.map} page {e.page}",
-                e.row,
-                at,
-                {"map": e.map, "page": e.page},
-            )
-        elif isinstance(e, r.RowResolverStarted):
-            self._row_phase((e.map, e.row), at, "resolver")
-        elif isinstance(e, r.RowTerminal):
-            self._row_phase((e.map, e.row), at, "writer admission")
-        elif isinstance(e, r.RowWriterAdmitted):
-            self._row_phase((e.map, e.row), at, "writer commit")
-        elif isinstance(e, r.RowCommitted):
-            self._row_phase((e.map, e.row), at, None)
-            self._end(self._rows, ("row", (e.map, e.row)), at, {"status": e.status})
-        elif isinstance(e, r.CallQueued):
-            self._tool[e.call] = e.tool
-        elif isinstance(e, r.CallStarted):
-            self._begin(
-                self._calls,
-                ("call", e.call),
-                e.provider or e.tool,
-                e.tool,
-                at,
-                {"call": e.call, "attempt": e.attempt},
-            )
-        elif isinstance(e, r.CallFinished):
-            self._end(self._calls, ("call", e.call), at, {"outcome": e.outcome, "error": e.error})
-        elif isinstance(e, r.CallSettled):
-            self._tool.pop(e.call, None)
-        elif isinstance(e, r.FetchStarted):
-            self._begin(
-                self._calls,
-                ("fetch", e.fetch),
-                "fetches",
-                f"{e.method} {e.url}",
-                at,
-                {"row": e.row},
-            )
-        elif isinstance(e, r.FetchPhase):
-            self._fetch_phase(e.fetch, at, e.phase)
-        elif isinstance(e, r.FetchFinished):
-            self._fetch_phase(e.fetch, at, None)
-            self._end(
-                self._calls,
-                ("fetch", e.fetch),
-                at,
-                {"status": e.status, "bytes": e.bytes, "error": e.error},
-            )
-        elif isinstance(e, r.WriterBatchStarted):
-            self._begin(
-                self._writer,
-                ("batch", e.map),
-                e.map,
-                f"write {e.rows} rows",
-                at,
-                {"rows": e.rows, "bytes": e.bytes},
-            )
-        elif isinstance(e, r.WriterBatchCommitted):
-            self._end(self._writer, ("batch", e.map), at, {"outcome": "committed"})
-        elif isinstance(e, r.WriterBatchFailed):
-            self._end(
-                self._writer,
-                ("batch", e.map),
-                at,
-                {"outcome": "failed", "error": e.error, "unknown": e.unknown},
-            )
-        elif isinstance(e, r.MapStall):
-            tid = self._rows.first(f"{e.map} page {e.page}")
-            self._instant(_ROWS, tid, f"stall: {e.cause}", at, e.report)
-        elif isinstance(e, r.LoopLag):
-            tid = self._run_lanes.first("run")
-            self._instant(
-                _RUN,
-                tid,
-                f"loop lag {e.lag_ms:.0f} ms",
-                at,
-                {"lag_ms": e.lag_ms, "threshold_ms": e.threshold_ms},
-            )
-
-    def _fetch_phase(self, fetch: int, at: float, phase: str | None) -> None:
-        key = ("fetch", fetch)
-        current = self._phase.pop(key, None)
-        opened = self._open.get(key)
-        if opened is None:
-            return
-        if current is not None:
-            self._slice(_CALLS, opened[1], current[1], current[0], at, {})
-        if phase in ("headers", "body"):
-            self._phase[key] = (at, phase)
+                self._t0 = e.at
+            self._last = max(self._last, e.at)
+            self._spans.feed(e)
+            if isinstance(e, r.MapStall):
+                tid = self._lanes["row"].first(f"{e.map} page {e.page}")
+                self._instant(_ROWS, tid, f"stall: {e.cause}", e.at, e.report)
+            elif isinstance(e, r.LoopLag):
+                tid = self._lanes["run"].first("run")
+                self._instant(
+                    _RUN,
+                    tid,
+                    f"loop lag {e.lag_ms:.0f} ms",
+                    e.at,
+                    {"lag_ms": e.lag_ms, "threshold_ms": e.threshold_ms},
+                )
 
     def close(self) -> None:
         """End what is still open at the last event's time, and close the JSON."""
         if self._t0 is not None:
-            for key in list(self._open):
-                start, tid, _group, name, args = self._open.pop(key)
-                phase = self._phase.pop(key[1] if key[0] == "row" else key, None)
-                pid = {"run": _RUN, "row": _ROWS, "batch": _WRITER}.get(key[0], _CALLS)
-                self._slice(pid, tid, name, start, self._last, {**args, "unfinished": True})
-                if phase is not None:
-                    self._slice(pid, tid, phase[1], phase[0], self._last, {"unfinished": True})
+            self._spans.close(self._last)
         self._file.write(
             f'],"displayTimeUnit":"ms","otherData":{{"trioplay_events_version":{r.VERSION}}}}}\n'
         )

@@ -15,16 +15,23 @@ that emitted the last one; each sink makes of them what it writes (the JSON
 Lines sink writes text straight from the tuples, without a record). No thread, no task and no
 clock read beyond the event's own: under ``trio.testing.MockClock`` the same
 run records the same events.
+
+One clock: every event's ``at`` is ``trio.current_time()``, the time of the
+run's Trio clock (the system clock, or the scenario lab's virtual one), so
+records and the ``RuntimeEvent`` events derived from them carry one timestamp.
+
+A *live* sink (``live = True``: the ``on_event`` listener, the command
+line's progress) wants the facts of :data:`~._listen.FACTS` as they happen:
+while one is attached, each such event hands the batch over at once.
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from .._trio_private import SystemClock
+from ._listen import FACTS
 from ._records import event_of, raw_of
 
 if TYPE_CHECKING:
@@ -35,7 +42,8 @@ if TYPE_CHECKING:
 
 class Sink(Protocol):
     """Receives raw events (``(class, at, *fields)``, see :func:`event_of`) in batches,
-    in order; closed once, after the last batch."""
+    in order; closed once, after the last batch. A sink with a true ``live`` attribute
+    wants only the listeners' facts, each at once (see :mod:`._listen`)."""
 
     def write(self, batch: list[Raw]) -> None: ...
 
@@ -72,26 +80,42 @@ class Recorder:
         self._batch = batch
         self._pending: list[tuple[Any, ...]] = []
         self._now: Callable[[], float] = _no_clock
+        self._live: dict[type[Event], Any] = {}
+        self._relive()
         self.closed = False
+
+    def _relive(self) -> None:
+        self._live = FACTS if any(getattr(sink, "live", False) for sink in self.sinks) else {}
+
+    @property
+    def detailed(self) -> bool:
+        """Whether a sink wants every event, not only the live sinks' facts."""
+        return any(not getattr(sink, "live", False) for sink in self.sinks)
+
+    def attach(self, sink: Sink) -> None:
+        """Add ``sink`` (``open_runtime`` attaches its ``on_event`` listener)."""
+        self.sinks.append(sink)
+        self._relive()
+
+    def detach(self, sink: Sink) -> None:
+        """Remove ``sink``, not closed."""
+        self.sinks.remove(sink)
+        self._relive()
 
     def bind_clock(self) -> None:
         """Read the current Trio run's clock directly from now on (``open_runtime`` calls it).
 
-        Trio's own clock is ``time.perf_counter()`` plus a random offset:
-        with it the recorder reads the counter itself, a C function instead
-        of a Python method per event (the times' origin is arbitrary either
-        way, see ``docs/events.md``). Any other clock (``MockClock``) is read
-        as it is.
+        The one clock of every event: ``trio.current_time()``, read through
+        the clock itself (one method call, no lookup of the run per event).
         """
-        clock = trio.lowlevel.current_clock()
-        self._now = time.perf_counter if type(clock) is SystemClock else clock.current_time
+        self._now = trio.lowlevel.current_clock().current_time
 
     def add(self, kind: type[Event], *fields: Any) -> None:
         """Record one ``kind`` event happening now, its fields after ``at`` in order."""
         pending = self._pending
         # Concatenated: one tuple, where (kind, now, *fields) builds a list first.
         pending.append((kind, self._now()) + fields)  # noqa: RUF005
-        if len(pending) >= self._batch:
+        if kind in self._live or len(pending) >= self._batch:
             self.flush()
 
     def flush(self) -> None:

@@ -1,4 +1,4 @@
-"""The typed events of the runtime, and the one converter to and from JSON.
+"""The typed events of the runtime, and their one JSON writer and reader.
 
 Every event is a frozen, slotted attrs record whose first field is ``at``
 (seconds on the recorder's clock, to the microsecond); its class names its ``type`` (``TYPE``). As
@@ -7,23 +7,18 @@ JSON, an event is one flat object: ``type``, ``v`` (the schema version,
 type and field with its unit; ``tests/test_trace_records.py`` checks that
 it does, and round-trips every type.
 
-The classes are the schema: add a field at the end of a record (readers of
-the same major version ignore none of them, so bump :data:`VERSION` when a
-field changes meaning, is removed or renamed).
+The classes are the schema: add a field at the end of a record, with a
+default (a line written before it reads as that), and bump :data:`VERSION`
+when a field changes meaning, is removed or renamed.
 """
 
 from __future__ import annotations
 
 import json
 import types
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import attrs
-import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 VERSION = 2
 """The schema version, written as ``v`` in every event (2: no ``call.admitted``)."""
@@ -63,6 +58,7 @@ class RunFinished(Event):
     run: str
     status: str  # completed, failed, cancelled
     error: str | None
+    stats: dict[str, Any] = attrs.field(factory=dict)  # the run's counters
 
 
 @attrs.frozen
@@ -83,6 +79,7 @@ class MapProgress(Event):
     duplicates: int
     unconfirmed: int
     total: int | None
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 @attrs.frozen
@@ -95,6 +92,8 @@ class MapFinished(Event):
     skipped: int
     duplicates: int
     unconfirmed: int
+    total: int | None = None  # added in 2 without a new version: a default
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 @attrs.frozen
@@ -103,6 +102,14 @@ class PageStarted(Event):
     map: str
     page: int  # the page's offset in the input
     rows: int
+
+
+@attrs.frozen
+class PageLost(Event):
+    TYPE = "page.lost"
+    map: str
+    page: int
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 @attrs.frozen
@@ -288,6 +295,7 @@ class MapStall(Event):
     phase: str  # the stall line's oldest_phase
     cause: str  # a one-line reading of the stall line
     report: dict[str, Any]  # the whole [runtime.map_stall] line
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 @attrs.frozen
@@ -295,6 +303,7 @@ class LoopLag(Event):
     TYPE = "loop.lag"
     lag_ms: float
     threshold_ms: float
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 @attrs.frozen
@@ -303,6 +312,7 @@ class PlayLog(Event):
     message: str
     map: str | None
     row: str | None
+    run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -314,6 +324,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MapProgress,
         MapFinished,
         PageStarted,
+        PageLost,
         PageFinished,
         RowAdmitted,
         RowResolverStarted,
@@ -342,37 +353,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
     )
 }
 """Every event class by its ``type``."""
-
-converter = cattrs.Converter(forbid_extra_keys=True)
-"""The one converter of events; :func:`to_json` and :func:`from_json` use it.
-
-Its hooks for an event class are made on the class's first use, not at
-import: making them for every class costs more than the rest of importing
-``trioplay``, and a run that records to JSON Lines never needs them."""
-
-
-def _is_event(cls: Any) -> bool:
-    return isinstance(cls, type) and issubclass(cls, Event) and cls is not Event
-
-
-def _unstructure_hook(cls: type[Event]) -> Callable[[Event], dict[str, Any]]:
-    attrs.resolve_types(cls)
-    unstructure = make_dict_unstructure_fn(cls, converter)
-    head = {"type": cls.TYPE, "v": VERSION}
-
-    def to_dict(event: Event) -> dict[str, Any]:
-        return {**head, **unstructure(event)}
-
-    return to_dict
-
-
-def _structure_hook(cls: type[Event]) -> Callable[[Any, Any], Event]:
-    attrs.resolve_types(cls)
-    return make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=True)
-
-
-converter.register_unstructure_hook_factory(_is_event, _unstructure_hook)
-converter.register_structure_hook_factory(_is_event, _structure_hook)
 
 
 def declared(field: attrs.Attribute[Any]) -> str:
@@ -508,19 +488,52 @@ def json_lines(batch: list[Raw]) -> str:
 
 
 def to_json(event: Event) -> dict[str, Any]:
-    """``event`` as a JSON-able dict: ``type``, ``v``, then its fields."""
-    return converter.unstructure(event)  # type: ignore[no-any-return]
+    """``event`` as a JSON-able dict: ``type``, ``v``, then its fields (its line, read)."""
+    return json.loads(json_line(raw_of(event)))  # type: ignore[no-any-return]
+
+
+def _fits(value: Any, spelled: str) -> bool:
+    """Whether ``value`` (read from JSON) is of the declared type ``spelled``."""
+    if spelled.endswith(" | None"):
+        return value is None or _fits(value, spelled.removesuffix(" | None"))
+    if isinstance(value, bool):
+        return spelled == "bool"
+    kind = _READ.get(spelled)
+    return kind is not None and isinstance(value, kind)
+
+
+# What a value read from JSON may be, per declared type (an int is a float too).
+_READ: dict[str, type | tuple[type, ...]] = {
+    "str": str,
+    "int": int,
+    "float": (int, float),
+    "dict[str, Any]": dict,
+}
 
 
 def from_json(data: dict[str, Any]) -> Event:
-    """The event a dict of :func:`to_json` holds; ``ValueError`` if it is not one."""
+    """The event a dict of :func:`to_json` holds; ``ValueError`` if it is not one.
+
+    Every field must be there, of its declared type, and no other: the
+    reading side of the schema that :func:`json_line` writes.
+    """
     kind = EVENT_TYPES.get(data.get("type"))  # type: ignore[arg-type]
     if kind is None:
         raise ValueError(f"not an event type: {data.get('type')!r}")
     if data.get("v") != VERSION:
         raise ValueError(f"{kind.TYPE}: schema version {data.get('v')!r}, not {VERSION}")
-    fields = {name: value for name, value in data.items() if name not in ("type", "v")}
-    try:
-        return converter.structure(fields, kind)
-    except Exception as exc:  # cattrs' own errors name the field
-        raise ValueError(f"{kind.TYPE}: {exc}") from None
+    fields = attrs.fields(kind)
+    extra = set(data) - {"type", "v"} - {field.name for field in fields}
+    if extra:
+        raise ValueError(f"{kind.TYPE}: extra fields {sorted(extra)}")
+    values = []
+    for field in fields:
+        if field.name not in data:
+            if field.default is not attrs.NOTHING:
+                break  # added later: a line written before has not it (nor those after)
+            raise ValueError(f"{kind.TYPE}: missing field {field.name!r}")
+        value, spelled = data[field.name], declared(field)
+        if not _fits(value, spelled):
+            raise ValueError(f"{kind.TYPE}: {field.name} must be {spelled}, not {value!r}")
+        values.append(float(value) if spelled == "float" else value)
+    return kind(*values)

@@ -30,13 +30,15 @@ import math
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
-from . import _records as r
-from ._cause import stall_blame
+from .._trace import _records as r
+from .._trace._cause import stall_blame
+from .._trace._spans import PHASES, Spans
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-PHASES = ("resolver", "governor", "fetch", "writer admission", "writer commit")
+    from .._trace._spans import Span
+
 _PHASE_COLOURS = ("#4e79a7", "#e15759", "#f28e2b", "#76b7b2", "#59a14f")
 _PROVIDER_COLOURS = (
     "#6a3d9a",
@@ -106,81 +108,37 @@ class _Run:
         self.bar = _bar_length(max(self.t1 - self.t0, 1e-3))
         self.commits = [0] * math.ceil(max(self.t1 - self.t0, 1e-3) / self.bar - 1e-9)
         self.span = len(self.commits) * self.bar
-        width = self.span / _BINS
-        self.phases = {p: _Occupancy(self.t0, width, _BINS) for p in PHASES}
+        self._width = self.span / _BINS
+        self.phases = {p: _Occupancy(self.t0, self._width, _BINS) for p in PHASES}
         self.providers: dict[str, _Occupancy] = {}
         # (at, lane, what the line blames): a lane per page, "event loop" for lags.
         self.stalls: list[tuple[float, tuple[str, int], str]] = []
         self.lags: list[tuple[float, str]] = []
         self.title = "trioplay timeline"
-        rows: dict[tuple[str, str], tuple[str, float]] = {}  # (map, row) -> (phase, since)
-        live: dict[str, tuple[str, str]] = {}  # row key -> its (map, row) now in flight
-        call_row: dict[str, str] = {}
-        slots: dict[str, tuple[str, float]] = {}  # call -> (provider, admitted at)
-        fetch_row: dict[int, str] = {}
-        total = 0
-
-        def enter(row: tuple[str, str] | None, phase: str | None, at: float) -> None:
-            if row is None or row not in rows:
-                return
-            current, since = rows.pop(row)
-            self.phases[current].add(since, at)
-            if phase is not None:
-                rows[row] = (phase, at)
-
+        self.committed = 0
+        spans = Spans(self._span)
         for e in events:
-            at = e.at
+            spans.feed(e)
             if isinstance(e, r.RunStarted):
                 self.title = f"trioplay timeline: run {e.run} (play {e.play}, attempt {e.attempt})"
-            elif isinstance(e, r.RowResolverStarted):
-                rows[(e.map, e.row)] = ("resolver", at)
-                live[e.row] = (e.map, e.row)
-            elif isinstance(e, r.RowTerminal):
-                if (e.map, e.row) not in rows:
-                    rows[(e.map, e.row)] = ("resolver", at)
-                enter((e.map, e.row), "writer admission", at)
-            elif isinstance(e, r.RowWriterAdmitted):
-                enter((e.map, e.row), "writer commit", at)
             elif isinstance(e, r.RowCommitted):
-                enter((e.map, e.row), None, at)
-                live.pop(e.row, None)
-                total += 1
-                bar = min(int((at - self.t0) / self.bar), len(self.commits) - 1)
+                self.committed += 1
+                bar = min(int((e.at - self.t0) / self.bar), len(self.commits) - 1)
                 self.commits[bar] += 1
-            elif isinstance(e, r.CallQueued) and e.row is not None:
-                call_row[e.call] = e.row
-            elif isinstance(e, r.ReceiptClaimed) and e.call in call_row:
-                enter(live.get(call_row[e.call]), "governor", at)
-            elif isinstance(e, r.CallStarted):  # admitted by the governor, and started
-                if e.call in call_row:
-                    enter(live.get(call_row[e.call]), "resolver", at)
-                if e.provider is not None:  # a step holds no governor slot
-                    slots[e.call] = (e.provider, at)
-            elif isinstance(e, r.CallSettled):
-                call_row.pop(e.call, None)
-                self._release(slots.pop(e.call, None), width, at)
-            elif isinstance(e, r.FetchStarted) and e.row is not None:
-                fetch_row[e.fetch] = e.row
-                enter(live.get(e.row), "fetch", at)
-            elif isinstance(e, r.FetchFinished) and e.fetch in fetch_row:
-                enter(live.get(fetch_row.pop(e.fetch)), "resolver", at)
             elif isinstance(e, r.MapStall):
-                self.stalls.append((at, (e.map, e.page), stall_blame(e.report)))
+                self.stalls.append((e.at, (e.map, e.page), stall_blame(e.report)))
             elif isinstance(e, r.LoopLag):
-                self.lags.append((at, f"lag {e.lag_ms:,.0f} ms"))
-        for phase, since in rows.values():  # still in flight at the end
-            self.phases[phase].add(since, self.t1)
-        for held in slots.values():
-            self._release(held, width, self.t1)
-        self.committed = total
+                self.lags.append((e.at, f"lag {e.lag_ms:,.0f} ms"))
+        spans.close(self.t1)  # what is still in flight at the end
 
-    def _release(self, held: tuple[str, float] | None, width: float, at: float) -> None:
-        if held is None:
-            return
-        provider, since = held
-        if provider not in self.providers:
-            self.providers[provider] = _Occupancy(self.t0, width, _BINS)
-        self.providers[provider].add(since, at)
+    def _span(self, span: Span) -> None:
+        """A row's phase or a governor slot ended: count it where it belongs."""
+        if span.kind == "phase" and span.key[0] == "row":
+            self.phases[span.name].add(span.start, span.end)
+        elif span.kind == "slot":
+            if span.group not in self.providers:
+                self.providers[span.group] = _Occupancy(self.t0, self._width, _BINS)
+            self.providers[span.group].add(span.start, span.end)
 
 
 def _bar_length(span: float) -> float:
