@@ -10,14 +10,17 @@ other events for another seed.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
 import pytest
 
+from trioplay._scenario._judge import judge
 from trioplay.adapters.scenarios import BUILT_IN, find
-from trioplay.events import LoopLag, MapProgress
-from trioplay.scenario import ScenarioResult, run_scenario
+from trioplay.adapters.simulated import SimulatedProvider
+from trioplay.events import LoopLag, MapProgress, MapStall
+from trioplay.scenario import Expect, ScenarioResult, run_scenario
 
 NAMES = [scenario.name for scenario in BUILT_IN]
 
@@ -98,8 +101,8 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
         "completed",
         {"completed": 20, "failed": 0},
         {},
-        {"resolver"},
-        {"oldest_phase": "resolver", "oldest_provider": "acme"},
+        {"receipt"},
+        {"oldest_phase": "receipt", "oldest_receipt_owner": "peer.invalid/4242/1"},
     ),
 }
 
@@ -165,6 +168,54 @@ def test_a_store_call_of_no_measurable_age_is_named_by_no_line() -> None:
     lines = _run("hung-provider").stalls
     assert lines
     assert all(s["oldest_store_operation"] is None for s in lines if s["oldest_store_ms"] == 0)
+
+
+def test_a_hung_rows_line_names_the_frame_it_awaits() -> None:
+    # Issue 26, acceptance 1: the innermost frame is the tool's own await
+    # (SimulatedProvider's sleep_forever), above it the play's resolver.
+    source = inspect.getsource(SimulatedProvider.__call__).splitlines()
+    first = inspect.getsourcelines(SimulatedProvider.__call__)[1]
+    sleep = first + next(i for i, line in enumerate(source) if "sleep_forever()" in line)
+    [line, *_] = _run("hung-provider").stalls
+    assert line["oldest_row_key"] == "d17.example"
+    awaiting = line["oldest_awaiting"]
+    assert awaiting[-1] == f"SimulatedProvider.__call__ (trioplay/adapters/simulated.py:{sleep})"
+    assert "calls.<locals>.resolver (trioplay/adapters/scenarios/_common.py:27)" in awaiting
+    assert not any("trio/" in frame or "sleep_forever" in frame for frame in awaiting)
+
+
+def test_a_row_waiting_on_another_owners_receipt_says_so_and_names_the_owner() -> None:
+    # Issue 26, acceptance 1: no call of these rows has started; they wait
+    # out the lease another host holds on each receipt.
+    result = _run("receipt-held-elsewhere")
+    assert result.stalls
+    for line in result.stalls:
+        assert line["oldest_phase"] == "receipt"
+        assert line["oldest_receipt_owner"] == "peer.invalid/4242/1"
+        assert line["oldest_awaiting"][-1] == "park (trioplay/_receipts/_call.py)"
+    [cause] = result.causes()
+    assert cause["receipt_owner"] == "peer.invalid/4242/1"
+    [stall, *_] = [e for e in result.events if isinstance(e, MapStall)]
+    assert stall.cause.startswith("receipt: owner peer.invalid/4242/1, provider acme")
+
+
+def test_expect_checks_a_page_a_fields_value_and_every_line() -> None:
+    result = _run("provider-starvation")
+    pages = {s["page_offset"] for s in result.stalls}
+    assert pages == {0, 40, 80}
+
+    def judged(**wanted: Any) -> list[str]:
+        return judge(result, Expect(outcome="completed", **wanted))
+
+    assert judged(phase="governor", page=80) == []
+    assert judged(phase="governor", page=0) != []  # page 0's lines all say resolver
+    assert judged(fields={"oldest_provider": "stuck-co"}, every_line=True) == []
+    [problem] = judged(phase="governor", every_line=True)
+    assert problem.startswith("not every stall line names {'oldest_phase': 'governor'}")
+    [problem] = judged(fields={"oldest_row_key": "nope"})
+    assert problem.startswith("no stall line names {'oldest_row_key': 'nope'}")
+    quiet = _run("dispatcher-crash")
+    assert judge(quiet, Expect(outcome="completed", phase="resolver", every_line=True)) != []
 
 
 def test_the_dispatcher_crash_reaches_every_waiting_row() -> None:

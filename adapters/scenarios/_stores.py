@@ -106,11 +106,20 @@ def _receipt_held_elsewhere(seed: int) -> Setup:
 RECEIPT_HELD_ELSEWHERE = Scenario(
     name="receipt-held-elsewhere",
     description=(
-        "another host holds every receipt until its lease expires at 150 s, then the run calls"
+        "another host holds every receipt until its lease expires at 150 s: the rows wait on it"
     ),
     setup=_receipt_held_elsewhere,
+    # Every line: the rows wait on the other host's leases (phase receipt, the
+    # owner named), no call of theirs has started.
     expect=Expect(
-        outcome="completed", completed=20, failed=0, stalled=True, phase="resolver", provider="acme"
+        outcome="completed",
+        completed=20,
+        failed=0,
+        stalled=True,
+        phase="receipt",
+        provider="acme",
+        fields={"oldest_receipt_owner": "peer.invalid/4242/1"},
+        every_line=True,
     ),
     seeded=True,
 )

@@ -21,7 +21,12 @@ one ``oldest_phase`` names; ``null`` where it has none), and
 run's store calls in flight and the oldest of them (its operation ``null``
 while it has been in flight for less than a millisecond); and ``loop_lag_ms``, the
 largest lateness of the event loop during the last interval (see
-:mod:`trioplay._loop_lag`; 0 when it stayed under ``loop_lag_threshold``).
+:mod:`trioplay._loop_lag`; 0 when it stayed under ``loop_lag_threshold``);
+then ``oldest_receipt_owner``, in phase ``receipt`` the owner whose lease on
+the call's receipt the oldest row waits out, and ``oldest_awaiting``, what
+the oldest row's task awaits (:func:`trioplay._awaits.await_stack`: the
+play's and trioplay's frames, innermost last; ``null`` when the oldest item
+is no resolver).
 
 ``oldest_phase`` is ``store`` when a store call has gone unanswered for a
 whole interval: whatever else waits (rows for a slot that a call keeps
@@ -42,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from .._awaits import await_stack
 from .._phase import Phase, RowPhase
 
 if TYPE_CHECKING:
@@ -52,8 +58,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trioplay.stall")
 
-# An unsettled item: since when, its phase, and its row key, tool and provider.
-_Item = tuple[float, str, str | None, str | None, str | None]
+# An unsettled item: since when, its phase, its row key, tool and provider, and
+# its resolver's record (for its task and the receipt's owner; None if none).
+_Item = tuple[float, str, str | None, str | None, str | None, RowPhase | None]
 
 
 @attrs.frozen
@@ -190,29 +197,34 @@ class MapStallObserver:
         if unresolved == 0:
             return None
         candidates: list[_Item] = [
-            (r.started_at, r.phase, r.key, r.tool, r.provider) for r in self._resolvers.values()
+            (r.started_at, r.phase, r.key, r.tool, r.provider, r) for r in self._resolvers.values()
         ]
         candidates += [
-            (at, "writer_admission", key, None, None) for at, key in self._admission.values()
+            (at, "writer_admission", key, None, None, None) for at, key in self._admission.values()
         ]
-        candidates += [(at, "writer_commit", key, None, None) for at, key in self._commit.values()]
+        candidates += [
+            (at, "writer_commit", key, None, None, None) for at, key in self._commit.values()
+        ]
         starts = [item[0] for item in candidates]
         if writer is not None and writer.active_started_at is not None:
             starts.append(writer.active_started_at)
             if writer.active_kind == "terminal" and writer.active_rows > 0:
-                candidates.append((writer.active_started_at, "writer_commit", None, None, None))
+                candidates.append(
+                    (writer.active_started_at, "writer_commit", None, None, None, None)
+                )
         oldest = min(candidates, key=lambda c: c[0]) if candidates else None
         store_active = len(self._store_calls) if self._store_calls is not None else 0
         store = self._store_calls.oldest() if self._store_calls is not None else None
         if store is not None and now - store[0] >= self._interval:
-            oldest = (store[0], "store", None, None, None)
+            oldest = (store[0], "store", None, None, None, None)
         lag = self._loop_watch.lag_since(now - self._interval) if self._loop_watch else 0.0
         if lag > 0:
-            oldest = (now - lag, "loop", None, None, None)
+            oldest = (now - lag, "loop", None, None, None, None)
         fetch_starts = [r.phase_started_at for r in self._resolvers.values() if r.phase == "fetch"]
         governor_starts = [
             r.phase_started_at for r in self._resolvers.values() if r.phase == "governor"
         ]
+        row = oldest[5] if oldest is not None else None
         return {
             "map": self._map_name,
             "page_offset": self._page_offset,
@@ -244,6 +256,8 @@ class MapStallObserver:
                 store[1] if store is not None and _ms(now - store[0]) > 0 else None
             ),
             "loop_lag_ms": _ms(lag),
+            "oldest_receipt_owner": row.owner if row is not None else None,
+            "oldest_awaiting": await_stack(row.task) if row is not None else None,
         }
 
     def emit_if_stalled(self) -> None:

@@ -13,6 +13,8 @@ def _blamed(report: dict[str, Any]) -> tuple[str, list[str]]:
     if phase == "loop":
         return phase, [f"event loop blocked {report.get('loop_lag_ms', 0):,.0f} ms"]
     named = []
+    if phase == "receipt":  # another owner's lease on the call's receipt
+        named.append(f"owner {report.get('oldest_receipt_owner')}")
     if phase == "fetch":  # its tool and provider are both "fetch": the row says more
         return phase, [f"row {report.get('oldest_row_key')}"]
     if report.get("oldest_provider"):
