@@ -55,6 +55,8 @@ from ._records import RunStatus as RunStatus
 from ._records import Settled as Settled
 from ._records import SheetEntry as SheetEntry
 from ._records import SheetRow as SheetRow
+from ._retry import RecordedFailure as RecordedFailure
+from ._retry import retry_failures as retry_failures
 from ._row_context import RowContext as RowContext
 from ._runtime import DEFAULT_STORE_URL as DEFAULT_STORE_URL
 from ._runtime import Play as Play
@@ -62,6 +64,7 @@ from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 from ._runtime import play as play
 from ._runtime import run as run
+from ._store import FailureStore as FailureStore
 from ._store import PageStore as PageStore
 from ._store import ReceiptStore as ReceiptStore
 from ._store import RunStore as RunStore

@@ -46,6 +46,7 @@ class RowPhase:
 
     __slots__ = (
         "_now",
+        "dataset",
         "key",
         "owner",
         "phase",
@@ -56,9 +57,12 @@ class RowPhase:
         "tool",
     )
 
-    def __init__(self, key: str | None, now: Callable[[], float]) -> None:
+    def __init__(
+        self, key: str | None, now: Callable[[], float], dataset: str | None = None
+    ) -> None:
         self._now = now  # the Trio clock's current_time
         self.key = key
+        self.dataset = dataset  # recorded with the row's failed calls (trioplay retry)
         self.phase: Phase = "resolver"
         self.phase_started_at = self.started_at = now()
         self.tool: str | None = None

@@ -228,6 +228,37 @@ class RunStore(Protocol):
 
 
 @runtime_checkable
+class FailureStore(Protocol):
+    """Recorded failures a user may take back: ``trioplay retry`` and :func:`retry_failures`.
+
+    A failed receipt is replayed on every rerun (its failure was paid for);
+    these two let the user list a run's failed receipts and forget some, so
+    that the next attempt calls them again. The engine chooses which (by
+    dataset, tool and error type, from each receipt's ``error_json``); the
+    store reads and resets.
+    """
+
+    async def list_failed_receipts(
+        self, run_id: str, *, after_key: str = "", limit: int = 1000
+    ) -> list[Receipt]:
+        """Up to ``limit`` failed receipts last claimed by ``run_id``, keys above ``after_key``,
+        by key."""
+        ...
+
+    async def forget_failed_receipts(
+        self, run_id: str, keys: Sequence[str], *, now: float
+    ) -> list[str]:
+        """Set each of ``keys`` that is still a failed receipt of ``run_id`` back to
+        ``pending`` (no error, no lease), in one transaction; return those keys.
+
+        The next claim of such a key runs its call again (``attempts`` goes on
+        counting). A key that is not failed (completed, running, claimed again
+        since, unknown) or belongs to another run is left as it is.
+        """
+        ...
+
+
+@runtime_checkable
 class Store(RunStore, ReceiptStore, SheetStore, PageStore, Protocol):
     """Durable storage for runs, receipts, dataset sheets and page leases.
 
@@ -251,4 +282,13 @@ class Store(RunStore, ReceiptStore, SheetStore, PageStore, Protocol):
         ...
 
 
-__all__ = ["PageStore", "ReceiptStore", "RowStatus", "RunStatus", "RunStore", "SheetStore", "Store"]
+__all__ = [
+    "FailureStore",
+    "PageStore",
+    "ReceiptStore",
+    "RowStatus",
+    "RunStatus",
+    "RunStore",
+    "SheetStore",
+    "Store",
+]

@@ -413,6 +413,22 @@ def count_receipts(sql: Sql, run_id: str, conn: Conn) -> dict[str, int]:
     return dict(conn.execute(sql.count_receipts, (run_id,)).fetchall())
 
 
+def list_failed_receipts(
+    sql: Sql, run_id: str, after_key: str, limit: int, conn: Conn
+) -> list[Receipt]:
+    rows = conn.execute(sql.failed_receipts, (run_id, after_key, limit), binary=True).fetchall()
+    return [receipt(row) for row in rows]
+
+
+def forget_failed_receipts(
+    sql: Sql, run_id: str, keys: list[str], now: float, conn: Conn
+) -> list[str]:
+    commit_point()  # one UPDATE in autocommit mode: it commits as it runs
+    rows = conn.execute(sql.forget_failed, (now, keys, run_id)).fetchall()
+    forgotten = {row[0] for row in rows}
+    return [key for key in keys if key in forgotten]
+
+
 # -- dataset sheets: the reads (the write is write_terminal_rows) -------------------
 
 

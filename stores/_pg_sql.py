@@ -170,6 +170,15 @@ class Sql:
         self.count_receipts = (
             f"SELECT status, count(*) FROM {s}.receipts WHERE run_id = %s GROUP BY status"
         )
+        self.failed_receipts = (
+            f"SELECT {RECEIPT_COLUMNS} FROM {s}.receipts"
+            " WHERE run_id = %s AND status = 'failed' AND key > %s ORDER BY key LIMIT %s"
+        )
+        self.forget_failed = (
+            f"UPDATE {s}.receipts SET status = 'pending', lease_id = NULL,"
+            " lease_expires_at = NULL, owner = NULL, error_json = NULL, updated_at = %s"
+            " WHERE key = ANY(%s::text[]) AND run_id = %s AND status = 'failed' RETURNING key"
+        )
 
         self.copy_rows = f"COPY {_INCOMING} ({SHEET_COLUMNS}) FROM STDIN (FORMAT BINARY)"
         self.upsert_rows = f"""

@@ -27,8 +27,10 @@ from ._sqlite_sql import (
     BEGIN_ATTEMPT,
     COMPLETE,
     FAIL,
+    FAILED_RECEIPTS,
     FINISH_ATTEMPT,
     FINISH_PAGE,
+    FORGET_FAILED,
     HEARTBEAT,
     HEARTBEAT_PAGE,
     INSERT_FRESH,
@@ -253,6 +255,26 @@ def count_receipts(run_id: str, conn: sqlite3.Connection) -> dict[str, int]:
         "SELECT status, count(*) FROM receipts WHERE run_id = ? GROUP BY status", (run_id,)
     ).fetchall()
     return dict(rows)
+
+
+def list_failed_receipts(
+    run_id: str, after_key: str, limit: int, conn: sqlite3.Connection
+) -> list[Receipt]:
+    rows = conn.execute(FAILED_RECEIPTS, (run_id, after_key, limit)).fetchall()
+    return [Receipt(*row) for row in rows]
+
+
+def forget_failed_receipts(
+    run_id: str, keys: Sequence[str], now: float, conn: sqlite3.Connection
+) -> list[str]:
+    forgotten: list[str] = []
+    with transaction(conn):
+        cursor = conn.cursor()
+        for key in dict.fromkeys(keys):
+            cursor.execute(FORGET_FAILED, (now, key, run_id))
+            if cursor.rowcount == 1:
+                forgotten.append(key)
+    return forgotten
 
 
 def write_terminal_rows(

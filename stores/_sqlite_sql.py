@@ -128,6 +128,15 @@ RELEASE = f"""
         owner = NULL, updated_at = ?
     {_FENCE}
 """
+FAILED_RECEIPTS = f"""
+    SELECT {RECEIPT_COLUMNS} FROM receipts
+    WHERE run_id = ? AND status = 'failed' AND key > ? ORDER BY key LIMIT ?
+"""
+FORGET_FAILED = """
+    UPDATE receipts SET status = 'pending', lease_id = NULL, lease_expires_at = NULL,
+        owner = NULL, error_json = NULL, updated_at = ?
+    WHERE key = ? AND run_id = ? AND status = 'failed'
+"""
 _PAGE_FENCE = (
     "WHERE run_id = ? AND dataset = ? AND page_offset = ? AND lease_id = ? AND status = 'running'"
 )

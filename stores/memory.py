@@ -253,6 +253,38 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         return dict(Counter(r.status for r in self._receipts.values() if r.run_id == run_id))
 
+    # -- recorded failures (FailureStore) ------------------------------------
+    async def list_failed_receipts(
+        self, run_id: str, *, after_key: str = "", limit: int = 1000
+    ) -> list[Receipt]:
+        await trio.lowlevel.checkpoint()
+        failed = sorted(
+            (r for r in self._receipts.values() if r.run_id == run_id and r.status == "failed"),
+            key=lambda receipt: receipt.key,
+        )
+        return [receipt for receipt in failed if receipt.key > after_key][:limit]
+
+    async def forget_failed_receipts(
+        self, run_id: str, keys: Sequence[str], *, now: float
+    ) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        forgotten: list[str] = []
+        for key in dict.fromkeys(keys):
+            receipt = self._receipts.get(key)
+            if receipt is None or receipt.status != "failed" or receipt.run_id != run_id:
+                continue
+            self._receipts[key] = attrs.evolve(
+                receipt,
+                status="pending",
+                lease_id=None,
+                lease_expires_at=None,
+                owner=None,
+                error_json=None,
+                updated_at=now,
+            )
+            forgotten.append(key)
+        return forgotten
+
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
         self, run_id: str, dataset: str, rows: Sequence[SheetRow]

@@ -286,6 +286,20 @@ class PostgresStore:
     async def count_receipts(self, run_id: str) -> dict[str, int]:
         return await self._call("count_receipts", partial(jobs.count_receipts, self._sql, run_id))
 
+    # -- recorded failures (FailureStore) ------------------------------------
+    async def list_failed_receipts(
+        self, run_id: str, *, after_key: str = "", limit: int = 1000
+    ) -> list[tp.Receipt]:
+        listed = partial(jobs.list_failed_receipts, self._sql, run_id, after_key, limit)
+        return await self._call("list_failed_receipts", listed)
+
+    async def forget_failed_receipts(
+        self, run_id: str, keys: Sequence[str], *, now: float
+    ) -> list[str]:
+        unique = list(dict.fromkeys(keys))
+        forget = partial(jobs.forget_failed_receipts, self._sql, run_id, unique, float(now))
+        return await self._call("forget_failed_receipts", forget)
+
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
         self, run_id: str, dataset: str, rows: Sequence[tp.SheetRow]

@@ -233,6 +233,19 @@ class SqliteStore:
             "count_receipts", partial(jobs.count_receipts, run_id), interruptible=True
         )
 
+    # -- recorded failures (FailureStore) ------------------------------------
+    async def list_failed_receipts(
+        self, run_id: str, *, after_key: str = "", limit: int = 1000
+    ) -> list[tp.Receipt]:
+        listed = partial(jobs.list_failed_receipts, run_id, after_key, limit)
+        return await self._call("list_failed_receipts", listed, interruptible=True)
+
+    async def forget_failed_receipts(
+        self, run_id: str, keys: Sequence[str], *, now: float
+    ) -> list[str]:
+        forget = partial(jobs.forget_failed_receipts, run_id, keys, now)
+        return await self._call("forget_failed_receipts", forget)
+
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
         self, run_id: str, dataset: str, rows: Sequence[tp.SheetRow]

@@ -10,6 +10,7 @@ contract suite. Every test here is bounded at 10 s (the ``deadline`` mark of
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from trioplay import (
     ClaimRequest,
     Completion,
     Failure,
+    FailureStore,
     Held,
     Lease,
     PageClaim,
@@ -1419,3 +1421,44 @@ async def test_postgres_a_replay_skips_the_fresh_path_until_keys_are_new_again(
         assert await store.count_receipts("run-1") == {"completed": 7}
     finally:
         await store.aclose()
+
+
+# -- recorded failures (FailureStore: trioplay retry) --------------------------
+
+
+async def _fail(store: Store, key: str, run_id: str = "run-1") -> None:
+    claimed = await claim_one(store, key, run_id=run_id)
+    error = json.dumps({"type": "ToolExecutionError", "message": key}, separators=(",", ":"))
+    assert await store.fail_many([Failure(key, claimed.lease_id, error)], now=NOW + 1) == [True]
+
+
+async def test_failed_receipts_are_listed_by_key_and_forgotten_back_to_pending(
+    store: Store,
+) -> None:
+    assert isinstance(store, FailureStore)
+    for key in ("k3", "k1", "k2"):
+        await _fail(store, key)
+    await _fail(store, "other", run_id="run-2")
+    done = await claim_one(store, "done")
+    await store.complete_many([Completion("done", done.lease_id, "1")], now=NOW + 1)
+
+    listed = await store.list_failed_receipts("run-1")
+    assert [r.key for r in listed] == ["k1", "k2", "k3"]
+    assert listed[0].error_json == '{"type":"ToolExecutionError","message":"k1"}'
+    page = await store.list_failed_receipts("run-1", after_key="k1", limit=1)
+    assert [r.key for r in page] == ["k2"]
+    # Only failed receipts of the run are forgotten; the rest are left as they are.
+    keys = ["k1", "k3", "k3", "done", "other", "missing"]
+    assert await store.forget_failed_receipts("run-1", keys, now=NOW + 2) == ["k1", "k3"]
+    forgotten = await receipt(store, "k1")
+    assert (forgotten.status, forgotten.error_json, forgotten.lease_id) == ("pending", None, None)
+    assert (forgotten.attempts, forgotten.updated_at) == (1, NOW + 2)
+    assert (await receipt(store, "k2")).status == "failed"
+    assert (await receipt(store, "done")).status == "completed"
+    assert (await receipt(store, "other")).status == "failed"
+    assert [r.key for r in await store.list_failed_receipts("run-1")] == ["k2"]
+    assert await store.forget_failed_receipts("run-1", ["k1"], now=NOW + 3) == []
+    # The next claim runs it again.
+    [again] = await claim(store, req("k1"), now=NOW + 3)
+    assert isinstance(again, Claimed)
+    assert again.attempt == 2

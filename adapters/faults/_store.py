@@ -88,6 +88,12 @@ class StoreWrapper:
     async def count_receipts(self, *args: Any, **kwargs: Any) -> dict[str, int]:
         return await self._call("count_receipts", *args, **kwargs)  # type: ignore[no-any-return]
 
+    async def list_failed_receipts(self, *args: Any, **kwargs: Any) -> list[Receipt]:
+        return await self._call("list_failed_receipts", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def forget_failed_receipts(self, *args: Any, **kwargs: Any) -> list[str]:
+        return await self._call("forget_failed_receipts", *args, **kwargs)  # type: ignore[no-any-return]
+
     async def count_rows(self, *args: Any, **kwargs: Any) -> dict[str, int]:
         return await self._call("count_rows", *args, **kwargs)  # type: ignore[no-any-return]
 

@@ -22,7 +22,9 @@ from trioplay.stores.sqlite import path_problem
 
 from .._json import canonical_json
 from .._plugins import open_store
+from .._retry import recorded_failures
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
+from .._store import FailureStore
 from ._common import (
     DEMO_STORE_URL,
     EXIT_EXPORT_FAILED,
@@ -45,6 +47,7 @@ from ._export import (
     format_for,
     open_output,
 )
+from ._failures import FailureKind, bug_line, bug_notes, read_failures
 from ._paths import Guarded, check_outputs, input_files, sqlite_files, store_problem
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
@@ -131,6 +134,18 @@ def _kept(config: Config) -> list[Guarded]:
     return kept
 
 
+def _run_outputs(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`_RunSpec` fields of what ``run`` and ``demo`` write (``_add_run_outputs``)."""
+    return {
+        "out": args.out,
+        "format": args.format,
+        "status": args.status,
+        "events": args.events,
+        "trace": args.trace,
+        "json": args.json,
+    }
+
+
 def _recordings(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     """The outputs of ``run`` and ``demo``, in the order they are checked."""
     return [("--events", args.events), ("--trace", args.trace), ("--out", args.out)]
@@ -176,6 +191,8 @@ class _Finished:
     run_id: str | None = None
     export_error: Exception | None = None
     notes: tuple[str, ...] = ()  # lines after the summary: outputs that hold no row
+    failures: dict[str, list[FailureKind]] = attrs.field(factory=dict)  # by dataset
+    bugs: list[dict[str, Any]] = attrs.field(factory=list)  # see _failures.bug_notes
 
 
 def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
@@ -194,13 +211,8 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
         # the leads, not a file (see _demo.demo_leads).
         run_id=f"demo-{rows}",
         store=store,
-        out=args.out,
-        format=args.format,
-        status=args.status,
-        events=args.events,
-        trace=args.trace,
         kept=tuple(kept),
-        json=args.json,
+        **_run_outputs(args),
     )
     return _execute(spec, session)
 
@@ -223,14 +235,9 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             input=input,
             run_id=args.run_id,
             store=store,
-            out=args.out,
-            format=args.format,
-            status=args.status,
             settings=settings,
-            events=args.events,
-            trace=args.trace,
             kept=tuple(kept),
-            json=args.json,
+            **_run_outputs(args),
         )
         return _execute(spec, session)
 
@@ -282,11 +289,26 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     sheets = finished.sheets if finished is not None else {}
     outputs = finished.outputs if finished is not None else []
     notes = finished.notes if finished is not None else ()
+    failures = finished.failures if finished is not None else {}
+    bugs = finished.bugs if finished is not None else []
     if spec.json:
-        data = summary_data(reporter.outcome, maps, sheets=sheets, outputs=outputs, notes=notes)
+        data = summary_data(
+            reporter.outcome,
+            maps,
+            sheets=sheets,
+            outputs=outputs,
+            notes=notes,
+            failures=failures,
+            bugs=bugs,
+        )
         print(json.dumps(data, ensure_ascii=False), file=summary)
     else:
-        print(format_summary(reporter.outcome, maps, sheets=sheets, outputs=outputs), file=summary)
+        text = format_summary(
+            reporter.outcome, maps, sheets=sheets, outputs=outputs, failures=failures
+        )
+        print(text, file=summary)
+        for bug in bugs:
+            print(bug_line(bug), file=summary)
         for note in notes:
             print(note, file=summary)
     summary.flush()
@@ -358,6 +380,12 @@ async def _run_recorded(
         try:
             datasets = await rt.store.list_datasets(run_id)
             sheets = {name: await rt.store.count_rows(run_id, name) for name in datasets}
+            failures = {
+                name: await read_failures(rt.store, run_id, name)
+                for name, counts in sheets.items()
+                if counts.get("failed")
+            }
+            bugs = await _bugs(rt.store, run_id) if failures else []
             # A dataset with no row has no sheet to list, and is exported all the same.
             datasets += [name for name in reporter.maps if name not in datasets]
         except Exception:
@@ -367,27 +395,46 @@ async def _run_recorded(
         outputs: list[OutputFile] = []
         notes: list[str] = []
         if error is not None or spec.out is None or not datasets:
-            return _Finished(error, sheets, outputs, run_id)
+            return _Finished(error, sheets, outputs, run_id, failures=failures, bugs=bugs)
         try:
             paths = _output_paths(spec.out, datasets)
             if len(paths) > 1:  # names made from --out: checked as --out was
                 check_outputs([("--out", path) for path in paths.values()], _outputs_kept(spec))
             for name, path in paths.items():
                 fmt = spec.format or format_for(path)
+                state = reporter.maps.get(name)
                 exported = await export_dataset(
-                    rt.store, run_id, name, path, fmt=fmt, status=spec.status
+                    rt.store,
+                    run_id,
+                    name,
+                    path,
+                    fmt=fmt,
+                    status=spec.status,
+                    columns=state.columns if state is not None else (),
                 )
                 outputs.append(OutputFile(path, name, exported.rows))
                 if not exported.rows:
-                    notes.append(_no_rows(path, name, spec.status, exported))
+                    empty = not any(sheets.get(name, {}).values())
+                    notes.append(_no_rows(path, name, spec.status, exported, empty=empty))
         except Exception as exc:
             exc.add_note(f"trioplay: writing --out {spec.out} failed")
-            return _Finished(None, sheets, outputs, run_id, export_error=exc)
-        return _Finished(None, sheets, outputs, run_id, notes=tuple(notes))
+            return _Finished(None, sheets, outputs, run_id, export_error=exc, failures=failures)
+        return _Finished(None, sheets, outputs, run_id, notes=tuple(notes), failures=failures)
 
 
-def _no_rows(path: str, dataset: str, status: StatusFilter, exported: Exported) -> str:
+async def _bugs(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The run's recorded failures that are probably bugs, each with its retry command."""
+    if not isinstance(store, FailureStore):
+        return []
+    return bug_notes(await recorded_failures(store, run_id), run_id, store.url)
+
+
+def _no_rows(
+    path: str, dataset: str, status: StatusFilter, exported: Exported, *, empty: bool = False
+) -> str:
     """The line that says an output holds no row, and what it holds instead."""
+    if empty:  # its sheet holds nothing: the input had no row
+        return f"  {path}: {dataset} had no input rows, so {_holds(exported)}"
     rows = "rows" if status == "all" else f"{status} rows"
     return f"  {path}: {dataset} has no {rows}, so {_holds(exported)}"
 

@@ -102,7 +102,8 @@ async def run_map(
             ledger.forget_retained()
         services.datasets.add(name)
         opened = await open_source(name, source)
-        report.started(opened.total)
+        computed = [column for column, _ in columns]
+        report.started(opened.total, list(dict.fromkeys([*opened.fields, *computed])))
         try:
             async with open_nursery() as nursery:
                 async with open_terminal_writer(writer):
@@ -373,6 +374,11 @@ class _MapRun:
         except _FATAL as exc:
             exc.add_note(f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}")
             raise
+        except MapMemoryLimitError as exc:
+            # The computed columns made the row too big: keep its input fields.
+            computed = {name for name, _ in self.columns}
+            inputs = {name: value for name, value in data.items() if name not in computed}
+            return _failed_row(position, key, inputs, exc, attempt), exc
         except Exception as exc:
             return _failed_row(position, key, data, exc, attempt), exc
         finally:
@@ -386,7 +392,7 @@ def _failed_row(
 ) -> SheetRow:
     """The sheet row of a failed row: its error, and its fields that are JSON."""
     kept: dict[str, Any] = {}
-    for name, value in data.items() if not isinstance(exc, MapMemoryLimitError) else ():
+    for name, value in data.items():
         try:
             dumps(value)
         except (TypeError, ValueError):
