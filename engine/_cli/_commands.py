@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from functools import partial
@@ -52,7 +53,7 @@ from ._paths import Guarded, check_outputs, input_files, sqlite_files, store_pro
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
 from ._recording import open_recording
-from ._signals import cancel_on_signals
+from ._signals import TaskDump, cancel_on_signals
 from ._summary import summary_data
 
 if TYPE_CHECKING:
@@ -179,6 +180,7 @@ class _RunSpec:
     trace: str | None = None  # --trace FILE.json
     kept: tuple[Guarded, ...] = ()  # what no output may write over (see _paths)
     json: bool = False  # --json: the summary as one JSON object
+    dump: TaskDump | None = None  # run --dump-on: the task tree on a signal
 
 
 @attrs.frozen
@@ -237,9 +239,17 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             store=store,
             settings=settings,
             kept=tuple(kept),
+            dump=_task_dump(args),
             **_run_outputs(args),
         )
         return _execute(spec, session)
+
+
+def _task_dump(args: argparse.Namespace) -> TaskDump | None:
+    if args.dump_on is None:
+        return None
+    path = args.dump_to or f"trioplay-tasks-{os.getpid()}.txt"
+    return TaskDump(args.dump_on, Path(path).absolute())
 
 
 def _cmd_config(args: argparse.Namespace, session: _Session) -> int:
@@ -268,7 +278,10 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     try:
         with session.log_through(reporter.write_line):
             finished, interrupt = trio.run(
-                cancel_on_signals, partial(_run_and_export, spec, reporter), reporter.write_line
+                cancel_on_signals,
+                partial(_run_and_export, spec, reporter),
+                reporter.write_line,
+                spec.dump,
             )
     except KeyboardInterrupt:  # before the signal receiver opened, or after it closed
         reporter.close()
