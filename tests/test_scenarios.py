@@ -104,6 +104,16 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
         {"receipt"},
         {"oldest_phase": "receipt", "oldest_receipt_owner": "peer.invalid/4242/1"},
     ),
+    "creeping-provider": (
+        "completed",
+        {"completed": 1000, "failed": 0},
+        {},
+        {"resolver"},
+        {
+            "oldest_provider": "acme",
+            "slow_progress": {"commits": 12, "recent_commits": 423.5, "intervals": 2},
+        },
+    ),
 }
 
 
@@ -122,9 +132,9 @@ def _run(name: str, seed: int = 0) -> ScenarioResult:
     return run_scenario(scenario, seed=seed)
 
 
-def test_the_twelve_scenarios_of_the_issue_are_built_in() -> None:
+def test_the_thirteen_scenarios_of_the_issues_are_built_in() -> None:
     assert set(NAMES) == set(STORIES)
-    assert len(NAMES) == len(set(NAMES)) == 12
+    assert len(NAMES) == len(set(NAMES)) == 13
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -216,6 +226,21 @@ def test_expect_checks_a_page_a_fields_value_and_every_line() -> None:
     assert problem.startswith("no stall line names {'oldest_row_key': 'nope'}")
     quiet = _run("dispatcher-crash")
     assert judge(quiet, Expect(outcome="completed", phase="resolver", every_line=True)) != []
+
+
+def test_a_collapse_of_the_commit_rate_is_named_before_any_stall() -> None:
+    # Issue 26, point 2: commits never stop (no interval without one), so the
+    # stall rule alone never fired; the slow-progress rule names the provider.
+    result = _run("creeping-provider")
+    assert result.held, result.problems
+    lines = [(e.at, e.report) for e in result.events if isinstance(e, MapStall)]
+    assert all(line["slow_progress"] is not None for _, line in lines)
+    assert all(line["last_terminal_commit_ms"] < 60_000 for _, line in lines)
+    at, first = lines[0]
+    assert at == 240  # ticks at 180 and 240 s were slow: two intervals running
+    assert first["slow_progress"] == {"commits": 12, "recent_commits": 423.5, "intervals": 2}
+    [stall, *_] = [e for e in result.events if isinstance(e, MapStall)]
+    assert stall.cause.endswith("slow: 12 commits against 423.5")
 
 
 def test_the_dispatcher_crash_reaches_every_waiting_row() -> None:

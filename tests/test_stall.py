@@ -155,6 +155,7 @@ NEW_KEYS = [
     "loop_lag_ms",
     "oldest_receipt_owner",
     "oldest_awaiting",
+    "slow_progress",
 ]
 
 

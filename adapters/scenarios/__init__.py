@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._http import HEADER_STALL, SLOW_BODY
-from ._providers import HUNG_PROVIDER, PROVIDER_STARVATION, RATE_LIMIT_STORM
+from ._providers import CREEPING_PROVIDER, HUNG_PROVIDER, PROVIDER_STARVATION, RATE_LIMIT_STORM
 from ._run import CANCEL_MID_PAGE, LOOP_STARVATION
 from ._stores import (
     DISPATCHER_CRASH,
@@ -35,6 +35,7 @@ BUILT_IN: tuple[Scenario, ...] = (
     CANCEL_MID_PAGE,
     PROVIDER_STARVATION,
     RECEIPT_HELD_ELSEWHERE,
+    CREEPING_PROVIDER,
 )
 """Every built-in scenario, in the order ``trioplay scenario list`` shows them."""
 

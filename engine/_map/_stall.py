@@ -36,12 +36,21 @@ then waits on the store. It is ``loop`` when the event loop was blocked for
 then nothing ran while it was, heartbeats included, and whatever the rows
 wait for is late because of it. ``oldest_tool``, ``oldest_provider`` and
 ``oldest_row_key`` are ``null`` for both: no row is to blame.
+
+Slow progress, not only no progress: a page that still commits, but at a
+fifth of its own recent rate or less for two intervals running
+(``SLOW_*`` below), also logs a line at the tick, with the same cause
+fields, and ``slow_progress`` says how slow: ``{"commits": 3,
+"recent_commits": 240.0, "intervals": 2}`` (commits in the interval just
+ended, the mean of the recent normal intervals, how many intervals running
+were slow). On every other line ``slow_progress`` is ``null``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -57,6 +66,15 @@ if TYPE_CHECKING:
     from .._phase import StoreCalls
 
 log = logging.getLogger("trioplay.stall")
+
+SLOW_FACTOR = 5
+"""Slow progress: a page's commits per interval fell below a fifth of its recent rate ..."""
+SLOW_INTERVALS = 2
+"""... for two intervals running ..."""
+SLOW_WINDOW = 5
+"""... its recent rate being the mean of its last five normal intervals ..."""
+SLOW_MIN_RECENT = 4
+"""... of at least four commits each (below that there is no rate to fall from)."""
 
 # An unsettled item: since when, its phase, its row key, tool and provider, and
 # its resolver's record (for its task and the receipt's owner; None if none).
@@ -105,6 +123,11 @@ class MapStallObserver:
         self._commit: dict[int, tuple[float, str | None]] = {}
         self._token = 0
         self._terminal_committed = 0
+        # Slow progress: commits counted at the last tick, the counts of the
+        # recent normal intervals, how many intervals running were slow.
+        self._counted = 0
+        self._recent: deque[int] = deque(maxlen=SLOW_WINDOW)
+        self._slow_for = 0
         # The clock's own method: the hooks below read it per row, and
         # trio.current_time() costs two more frames each time.
         self._now = now = trio.lowlevel.current_clock().current_time
@@ -183,10 +206,37 @@ class MapStallObserver:
         return bool(self._resolvers or self._admission or self._commit)
 
     # -- the report ---------------------------------------------------------
-    def snapshot(self) -> dict[str, Any] | None:
-        """The stall report now, or ``None`` when there is nothing to report."""
+    def _slow_progress(self, committed: int) -> dict[str, Any] | None:
+        """The collapse of the page's commit rate, if it lasted ``SLOW_INTERVALS`` ticks.
+
+        ``committed``: the page's commits during the interval just ended.
+        Its recent rate is the mean of its last normal intervals (a slow one
+        does not lower it); a rate below ``1 / SLOW_FACTOR`` of that, for
+        ``SLOW_INTERVALS`` intervals running, is slow progress. An interval
+        with no commit at all is a stall line anyway.
+        """
+        recent = self._recent
+        rate = sum(recent) / len(recent) if len(recent) >= 2 else 0.0
+        if rate >= SLOW_MIN_RECENT and committed < rate / SLOW_FACTOR:
+            self._slow_for += 1
+        else:
+            self._slow_for = 0
+            recent.append(committed)
+        if self._slow_for < SLOW_INTERVALS or committed == 0:
+            return None
+        return {
+            "commits": committed,
+            "recent_commits": round(rate, 1),
+            "intervals": self._slow_for,
+        }
+
+    def snapshot(self, *, slow: bool = False) -> dict[str, Any] | None:
+        """The stall report now, or ``None`` when there is nothing to report.
+
+        ``slow``: the page's progress collapsed; report although it committed.
+        """
         now = self._now()
-        if now - self._last_commit_at < self._interval:
+        if now - self._last_commit_at < self._interval and not slow:
             return None
         writer = self._writer_diagnostics()
         unresolved = len(self._resolvers) + len(self._admission) + len(self._commit)
@@ -261,8 +311,13 @@ class MapStallObserver:
         }
 
     def emit_if_stalled(self) -> None:
-        report = self.snapshot()
+        """At each tick of the timer: a stall line if the page stalled or its progress collapsed."""
+        committed = self._terminal_committed - self._counted
+        self._counted = self._terminal_committed
+        slow = self._slow_progress(committed)
+        report = self.snapshot(slow=slow is not None)
         if report is None:
             return
+        report["slow_progress"] = slow
         log.warning("[runtime.map_stall] %s", json.dumps(report, separators=(",", ":")))
         self._emit(report)
