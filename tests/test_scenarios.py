@@ -106,12 +106,12 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
     ),
     "creeping-provider": (
         "completed",
-        {"completed": 1000, "failed": 0},
+        {"completed": 500, "failed": 0},
         {},
         {"resolver"},
         {
             "oldest_provider": "acme",
-            "slow_progress": {"commits": 12, "recent_commits": 423.5, "intervals": 2},
+            "slow_progress": {"commits": 6, "recent_commits": 214.0, "intervals": 2},
         },
     ),
 }
@@ -238,9 +238,9 @@ def test_a_collapse_of_the_commit_rate_is_named_before_any_stall() -> None:
     assert all(line["last_terminal_commit_ms"] < 60_000 for _, line in lines)
     at, first = lines[0]
     assert at == 240  # ticks at 180 and 240 s were slow: two intervals running
-    assert first["slow_progress"] == {"commits": 12, "recent_commits": 423.5, "intervals": 2}
+    assert first["slow_progress"] == {"commits": 6, "recent_commits": 214.0, "intervals": 2}
     [stall, *_] = [e for e in result.events if isinstance(e, MapStall)]
-    assert stall.cause.endswith("slow: 12 commits against 423.5")
+    assert stall.cause.endswith("slow: 6 commits against 214.0")
 
 
 def test_the_dispatcher_crash_reaches_every_waiting_row() -> None:

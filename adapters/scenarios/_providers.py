@@ -147,12 +147,12 @@ COLLAPSE = 120.0  # creeping-provider: when its calls slow down
 
 def _creeping_provider(seed: int) -> Setup:
     finder = SimulatedProvider(
-        tool_id="finder", provider="acme", seed=seed, latency=Latency(0.5, 1.5), concurrency=4
+        tool_id="finder", provider="acme", seed=seed, latency=Latency(0.5, 1.5), concurrency=2
     )
-    # Two minutes in, every call takes 20 s more: ~12 commits a minute instead of ~400.
+    # Two minutes in, every call takes 20 s more: ~6 commits a minute instead of ~200.
     creeping = Scheduled(tool=finder, latency=((COLLAPSE, 20.0),))
     return Setup(
-        play=map_play("creeping-provider", leads(1000), ("email", calls("finder")), page_size=1000),
+        play=map_play("creeping-provider", leads(500), ("email", calls("finder")), page_size=500),
         tools=registry(creeping),
     )
 
@@ -184,7 +184,7 @@ CREEPING_PROVIDER = Scenario(
     setup=_creeping_provider,
     expect=Expect(
         outcome="completed",
-        completed=1000,
+        completed=500,
         failed=0,
         stalled=True,
         phase="resolver",
