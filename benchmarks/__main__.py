@@ -6,10 +6,13 @@ is what ``make bench`` does; ``all`` runs every benchmark but ``compare``
 :mod:`benchmarks.compare`) and ``instructions`` (machine instructions per
 row, counted under valgrind, see :mod:`benchmarks.instructions`).
 ``sigint`` is no benchmark but a trial of the promise that Ctrl-C and
-SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`);
-``all`` leaves it out too, and ``plot``, which draws no measurement of its
-own but ``docs/img/latency-scaling.svg`` from the newest saved ``latency`` and
-``scaling-latency`` results (see :mod:`benchmarks.plot`).
+SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`),
+and ``faults`` one of the promise that a process paused past its lease
+never hangs, corrupts the sheet or misstates the run (see
+:mod:`benchmarks.faults`); ``all`` leaves them out too, and ``plot``,
+which draws no measurement of its own but ``docs/img/latency-scaling.svg``
+from the newest saved ``latency`` and ``scaling-latency`` results (see
+:mod:`benchmarks.plot`).
 ``--quick`` shrinks every benchmark to a few seconds (one round, a few
 thousand rows) and saves nothing: it checks that the harness and the engine
 still work, its numbers mean little.
@@ -24,6 +27,7 @@ from typing import Any
 
 from . import (
     compare,
+    faults,
     fetch,
     instructions,
     latency,
@@ -151,6 +155,13 @@ def _sigint(args: argparse.Namespace) -> Any:
     return report
 
 
+def _faults(args: argparse.Namespace) -> Any:
+    trials = args.trials or (2 if args.quick else faults.DEFAULT_TRIALS)
+    rows = args.rows or (1_000 if args.quick else faults.DEFAULT_ROWS)
+    stores = tuple(args.stores.split(","))
+    return faults.run(trials, rows=rows, seed=args.seed, stores=stores, save=args.save)
+
+
 BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "throughput": (_throughput, "rows/s of trioplay (memory, sqlite) vs raw Trio"),
     "memory": (_memory, "peak RSS of a small-row map on SQLite (100k rows)"),
@@ -176,8 +187,9 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
     "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),
+    "faults": (_faults, "one of two processes paused past its lease: no hang, no lost row?"),
 }
-NOT_IN_ALL = ("compare", "instructions", "sigint", "plot")
+NOT_IN_ALL = ("compare", "instructions", "sigint", "faults", "plot")
 DEFAULT = ("throughput", "memory")
 
 
@@ -206,8 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--in-flight", type=int, default=None, help="latency: rows in flight (default 256)"
     )
-    parser.add_argument("--trials", type=int, default=None, help="sigint: runs to interrupt")
-    parser.add_argument("--seed", type=int, default=0, help="sigint: seed of the delays")
+    parser.add_argument(
+        "--trials", type=int, default=None, help="sigint, faults: runs to interrupt (per store)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="sigint, faults: seed of the delays")
+    parser.add_argument(
+        "--stores",
+        default="sqlite,postgres",
+        help="faults: the stores to try, of sqlite,postgres (default both)",
+    )
     parser.add_argument(
         "--signal", default="INT", help="sigint: the signal to send, INT or TERM (default INT)"
     )
@@ -235,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         if index:
             print()
         result = BENCHMARKS[name][0](args)
-        if isinstance(result, sigint_trials.Report) and not result.clean:
+        if isinstance(result, sigint_trials.Report | faults.Report) and not result.clean:
             code = 1  # a trial broke a promise
     return code
 

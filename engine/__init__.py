@@ -50,11 +50,13 @@ from ._records import PageClaim as PageClaim
 from ._records import PageLease as PageLease
 from ._records import Receipt as Receipt
 from ._records import RowStatus as RowStatus
+from ._records import RunLeases as RunLeases
 from ._records import RunRecord as RunRecord
 from ._records import RunStatus as RunStatus
 from ._records import Settled as Settled
 from ._records import SheetEntry as SheetEntry
 from ._records import SheetRow as SheetRow
+from ._records import SheetWrite as SheetWrite
 from ._retry import RecordedFailure as RecordedFailure
 from ._retry import retry_failures as retry_failures
 from ._row_context import RowContext as RowContext

@@ -22,10 +22,21 @@ from ._columns import (
     page_values,
     receipt_values,
 )
-from ._rules import PageRecord, decide_claims, lease_ids, page_key, renewed
+from ._rules import (
+    PageRecord,
+    decide_claims,
+    decide_sheet_writes,
+    failed_keys,
+    fenced_pages,
+    lease_ids,
+    page_key,
+    renewed,
+    run_leases_of,
+)
 from ._sqlite_sql import (
     BEGIN_ATTEMPT,
     COMPLETE,
+    COMPLETED_KEYS,
     FAIL,
     FAILED_RECEIPTS,
     FINISH_ATTEMPT,
@@ -36,8 +47,10 @@ from ._sqlite_sql import (
     INSERT_FRESH,
     INSERT_NEW_ROWS,
     MIGRATIONS,
+    PAGE_LEASES,
     RELEASE,
     RELEASE_PAGE,
+    RUN_LEASES,
     SCHEMA_VERSION,
     UPSERT_CLAIMED,
     UPSERT_ROWS,
@@ -96,11 +109,15 @@ def begin_attempt(
     return RunRecord(run_id, play, input_json, "running", attempt, created_at, now)
 
 
-def finish_attempt(params: tuple[Any, ...], conn: sqlite3.Connection) -> bool:
-    """Whether the run was there to finish; ``params`` as :data:`FINISH_ATTEMPT` takes them."""
+def finish_attempt(params: tuple[Any, ...], conn: sqlite3.Connection) -> bool | None:
+    """Whether the attempt's end was written (``False``: a later attempt holds the run;
+    ``None``: no such run); ``params`` as :data:`FINISH_ATTEMPT` takes them."""
     with transaction(conn):
-        cursor = conn.execute(FINISH_ATTEMPT, params)
-    return cursor.rowcount == 1
+        if conn.execute(FINISH_ATTEMPT, params).rowcount == 1:
+            return True
+        run_id = params[-2]
+        known = conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    return False if known is not None else None
 
 
 def get_run(run_id: str, conn: sqlite3.Connection) -> RunRecord | None:
@@ -278,15 +295,28 @@ def forget_failed_receipts(
 
 
 def write_terminal_rows(
-    run_id: str, dataset: str, rows: Sequence[SheetRow], conn: sqlite3.Connection
-) -> None:
-    params = [
-        (run_id, dataset, r.key, r.position, r.status, r.data_json, r.error, r.attempt)
-        for r in rows
-    ]
+    run_id: str,
+    dataset: str,
+    rows: Sequence[SheetRow],
+    leases: Sequence[tp.PageLease | None],
+    conn: sqlite3.Connection,
+) -> list[tp.SheetWrite]:
+    """Write the rows :func:`decide_sheet_writes` lets through, in one transaction."""
+    where = (run_id, dataset)
     with transaction(conn):
+        offsets = fenced_pages(leases)
+        current = dict(rows_in(conn, PAGE_LEASES, where, offsets)) if offsets else {}
+        failed = failed_keys(rows)
+        completed = [key for (key,) in rows_in(conn, COMPLETED_KEYS, where, failed)]
+        answers = decide_sheet_writes(rows, leases, current, completed)
+        params = [
+            (run_id, dataset, r.key, r.position, r.status, r.data_json, r.error, r.attempt)
+            for r, answer in zip(rows, answers, strict=True)
+            if answer == "written"
+        ]
         if INSERT_NEW_ROWS.execute(conn, params) != len(params):
             UPSERT_ROWS.execute(conn, params)
+    return answers
 
 
 def sheet_status(
@@ -333,6 +363,16 @@ def list_datasets(run_id: str, conn: sqlite3.Connection) -> list[str]:
         "SELECT DISTINCT dataset FROM sheet_rows WHERE run_id = ? ORDER BY dataset", (run_id,)
     ).fetchall()
     return [dataset for (dataset,) in rows]
+
+
+def run_leases(run_ids: Sequence[str], conn: sqlite3.Connection) -> dict[str, tp.RunLeases]:
+    ids = list(dict.fromkeys(run_ids))
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    with transaction(conn, "BEGIN"):
+        rows = conn.execute(RUN_LEASES.format(marks=marks), (*ids, *ids)).fetchall()
+    return {run_id: run_leases_of([(expires, renewed)]) for run_id, expires, renewed in rows}
 
 
 def claim_page(

@@ -185,12 +185,13 @@ class SqliteStore:
 
     async def finish_attempt(
         self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]
-    ) -> None:
-        now, *ending = attempt_end(**end)
-        params = (status, now, *ending, run_id)
+    ) -> bool:
+        attempt, (now, *ending) = attempt_end(**end)
+        params = (status, now, *ending, run_id, attempt)
         updated = await self._call("finish_attempt", partial(jobs.finish_attempt, params))
-        if not updated:
+        if updated is None:
             raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
+        return updated
 
     async def get_run(self, run_id: str) -> tp.RunRecord | None:
         return await self._call("get_run", partial(jobs.get_run, run_id), interruptible=True)
@@ -248,13 +249,18 @@ class SqliteStore:
 
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
-        self, run_id: str, dataset: str, rows: Sequence[tp.SheetRow]
-    ) -> None:
+        self,
+        run_id: str,
+        dataset: str,
+        rows: Sequence[tp.SheetRow],
+        *,
+        leases: Sequence[tp.PageLease | None] = (),
+    ) -> list[tp.SheetWrite]:
         # A large batch is written on the thread, so the event loop goes on meanwhile.
         small = sum(len(row.data_json) for row in rows) <= _INLINE_BYTES
-        await self._call(
+        return await self._call(
             "write_terminal_rows",
-            partial(jobs.write_terminal_rows, run_id, dataset, rows),
+            partial(jobs.write_terminal_rows, run_id, dataset, rows, leases),
             inline=small,
         )
 
@@ -287,6 +293,9 @@ class SqliteStore:
         return await self._call(
             "list_datasets", partial(jobs.list_datasets, run_id), interruptible=True
         )
+
+    async def run_leases(self, run_ids: Sequence[str]) -> dict[str, tp.RunLeases]:
+        return await self._call("run_leases", partial(jobs.run_leases, run_ids), interruptible=True)
 
     # -- page leases --------------------------------------------------------
     async def claim_page(

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import AsyncIterator, Sequence
 
+    from .._records import RunLeases, RunRecord
     from .._store import Store
     from .._tools import ToolRegistry
     from .._trace import Recorder
@@ -478,8 +480,12 @@ def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, str]:
 
 
 def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
-    runs = trio.run(_runs_listed, store, args.limit)
+    settings = _config_for(args, Path.cwd()).settings
+    store = _store_for(settings.store, must_exist=True)
+    now = time.time()
+    runs = trio.run(
+        partial(_runs_listed, store, args.limit, lease_ttl=settings.limits.lease_ttl, now=now)
+    )
     if args.json:
         print(json.dumps(runs, ensure_ascii=False, indent=2))
     elif not runs:
@@ -488,20 +494,30 @@ def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
         table = [("RUN ID", "PLAY", "STATUS", "ATTEMPT", "UPDATED", "ROWS")]
         for run in runs:
             updated = _timestamp(run["updated_at"])
-            row = (run["run_id"], run["play"], run["status"], str(run["attempt"]), updated)
+            status = run["status"]
+            if run["probably_dead"]:
+                beat = run["last_heartbeat"]
+                status += f", probably dead: last heartbeat {_timestamp(beat)} ({_ago(beat, now)})"
+            row = (run["run_id"], run["play"], status, str(run["attempt"]), updated)
             table.append((*row, f"{run['rows']:,}"))
         print(_format_table(table, right=(3, 5)))
     return EXIT_OK
 
 
-async def _runs_listed(store: Store, limit: int) -> list[dict[str, Any]]:
+async def _runs_listed(
+    store: Store, limit: int, *, lease_ttl: float, now: float
+) -> list[dict[str, Any]]:
     """The most recent runs, newest first, as ``runs list --json`` prints them."""
     listed = []
     async with _opened(store):
-        for record in await store.list_runs(limit=limit):
+        records = await store.list_runs(limit=limit)
+        running = [record.run_id for record in records if record.status == "running"]
+        leases = await store.run_leases(running) if running else {}
+        for record in records:
             rows = 0
             for dataset in await store.list_datasets(record.run_id):
                 rows += sum((await store.count_rows(record.run_id, dataset)).values())
+            dead, beat = _liveness(record, leases.get(record.run_id), lease_ttl, now)
             listed.append(
                 {
                     "run_id": record.run_id,
@@ -511,9 +527,41 @@ async def _runs_listed(store: Store, limit: int) -> list[dict[str, Any]]:
                     "created_at": _iso(record.created_at),
                     "updated_at": _iso(record.updated_at),
                     "rows": rows,
+                    "probably_dead": dead,
+                    "last_heartbeat": None if beat is None else _iso(beat),
                 }
             )
     return listed
+
+
+def _liveness(
+    record: RunRecord, leases: RunLeases | None, lease_ttl: float, now: float
+) -> tuple[bool, float | None]:
+    """Is a ``running`` run probably dead, and when was its last heartbeat?
+
+    A process that runs a run renews the leases of its receipts and pages
+    every ``lease_ttl / 2``. A run none of whose leases is live, and whose
+    last sign of life (its last heartbeat: the latest lease renewal, or the
+    attempt's start if later) is older than ``lease_ttl``, has no process
+    renewing anything: it probably died (killed, or its machine lost).
+    """
+    if record.status != "running":
+        return False, None
+    beat = record.updated_at
+    if leases is not None and leases.renewed_at is not None:
+        beat = max(beat, leases.renewed_at)
+    live = leases is not None and leases.expires_at is not None and leases.expires_at > now
+    return not live and beat + lease_ttl <= now, beat
+
+
+def _ago(moment: str, now: float) -> str:
+    """``4m12s ago`` for an ISO time as :func:`_iso` wrote it."""
+    seconds = max(0, int(now - datetime.fromisoformat(moment).timestamp()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m ago"
+    return f"{minutes}m{seconds:02d}s ago" if minutes else f"{seconds}s ago"
 
 
 def _format_table(table: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> str:
