@@ -22,14 +22,25 @@ real one would under the system clock. Measuring real time under a mock
 clock would make a scenario's events depend on the machine's speed; this
 way the same scenario and seed give the same events.
 
-Cost: one wake per half threshold (four a second by default), nothing per
-row. Under an autojumping mock clock an idle run jumps from wake to wake,
-so an hour of virtual idleness takes 7,200 scheduler rounds, not one.
+Cost follows events. Under the system clock the watchdog wakes once per
+half threshold (four a second by default), nothing per row. Under a mock
+clock it does not tick through idleness: virtual time passes only when the
+clock jumps, and a block is a jump while a task runs. So, after each wake,
+the watchdog waits until every other task is blocked
+(``trio.testing.wait_all_tasks_blocked``) or its half threshold is up,
+whichever comes first: a jump past that deadline is a lag, measured as
+under the system clock. Once the loop is idle nothing can run before the
+next deadline of some other task, so it sleeps until then (and measures
+how late it wakes). An hour of virtual idleness costs a few wakes per
+event of the run (a heartbeat, a stall line), not 7,200. A task woken by
+I/O or a thread while the watchdog sleeps is not watched until that
+deadline: under a mock clock, scenarios have neither.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -38,6 +49,8 @@ import trio
 from ._trace._records import LoopLag
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from ._trace import Recorder
 
 
@@ -59,19 +72,44 @@ class LoopWatch:
 
     async def run(self) -> None:
         """Sleep and measure, until the run's nursery is cancelled."""
-        interval = self.threshold / 2
         clock = trio.lowlevel.current_clock()
+        # trio.testing imports pytest: only a run under its MockClock has it loaded.
+        testing = sys.modules.get("trio.testing")
+        if testing is not None and isinstance(clock, testing.MockClock):
+            await self._run_virtual(clock, testing.wait_all_tasks_blocked)
+        interval = self.threshold / 2
         while True:
             self._deadline = deadline = clock.current_time() + interval
             await trio.sleep_until(deadline)
-            woke = clock.current_time()
-            lag = woke - deadline
-            if lag >= self.threshold:
-                self._lags.append((woke, lag))
-                if self._facts is not None:
-                    self._facts.add(
-                        LoopLag, float(_ms(lag)), float(_ms(self.threshold)), self._run_id
-                    )
+            self._measure(clock.current_time(), deadline)
+
+    async def _run_virtual(
+        self, clock: trio.abc.Clock, wait_all_tasks_blocked: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Under a mock clock: watch while the loop is busy, sleep through its idleness."""
+        interval = self.threshold / 2
+        while True:
+            self._deadline = deadline = clock.current_time() + interval
+            with trio.move_on_at(deadline) as watching:
+                await wait_all_tasks_blocked()
+            if watching.cancelled_caught:  # still busy: a lag if the deadline passed long ago
+                self._measure(clock.current_time(), deadline)
+                continue
+            ahead = trio.lowlevel.current_statistics().seconds_to_next_deadline
+            if ahead <= 0:
+                continue
+            if ahead == math.inf:  # nothing is due: wake as under the system clock
+                ahead = interval
+            self._deadline = deadline = clock.current_time() + ahead
+            await trio.sleep_until(deadline)
+            self._measure(clock.current_time(), deadline)
+
+    def _measure(self, woke: float, due: float) -> None:
+        lag = woke - due
+        if lag >= self.threshold:
+            self._lags.append((woke, lag))
+            if self._facts is not None:
+                self._facts.add(LoopLag, float(_ms(lag)), float(_ms(self.threshold)), self._run_id)
 
     def lag_since(self, since: float) -> float:
         """The largest lag at or above the threshold seen at or after ``since`` (0 if none).

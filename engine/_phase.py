@@ -37,20 +37,27 @@ if TYPE_CHECKING:
     from ._loop_lag import LoopWatch
     from ._store import Store
 
-Phase = Literal["resolver", "governor", "fetch"]
+Phase = Literal["resolver", "governor", "fetch", "receipt"]
 
 
 class RowPhase:
-    """What one row is doing: its phase since when, and the call it is in."""
+    """What one row is doing: its phase since when, and the call it is in.
+
+    ``task`` is the row's task (created in it): the stall line shows what it
+    awaits. ``owner`` is, in phase ``receipt``, the owner whose lease on the
+    call's receipt the row waits out.
+    """
 
     __slots__ = (
         "_now",
         "dataset",
         "key",
+        "owner",
         "phase",
         "phase_started_at",
         "provider",
         "started_at",
+        "task",
         "tool",
     )
 
@@ -64,6 +71,8 @@ class RowPhase:
         self.phase_started_at = self.started_at = now()
         self.tool: str | None = None
         self.provider: str | None = None
+        self.owner: str | None = None
+        self.task = trio.lowlevel.current_task()
 
     def enter(self, phase: Phase) -> None:
         self.phase = phase
@@ -73,8 +82,21 @@ class RowPhase:
         self.tool = tool
         self.provider = provider
 
+    def waiting_for(self, owner: str) -> None:
+        """The call's receipt is leased by ``owner``: the row waits it out (phase ``receipt``)."""
+        self.owner = owner
+        self.enter("receipt")
+
+    def receipt_ours(self) -> None:
+        """The wait on another owner's receipt ended: back to the row's own code."""
+        if self.phase == "receipt":
+            self.owner = None
+            self.enter("resolver")
+
     def called(self) -> None:
         self.tool = self.provider = None
+        if self.phase == "receipt":  # the wait ended in a delivery (replay, time-out)
+            self.receipt_ours()
 
 
 _current: ContextVar[RowPhase | None] = ContextVar("trioplay_row_phase", default=None)

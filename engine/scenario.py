@@ -16,9 +16,11 @@
 :func:`run_scenario` runs the play once under
 ``trio.testing.MockClock(autojump_threshold=0)`` on a fresh in-memory store,
 so hours of stalls take milliseconds and the same seed gives the same
-events. ``trioplay scenario list`` and ``trioplay scenario run NAME`` run
-the built-in scenarios (``trioplay.adapters.scenarios``) and files of your
-own; ``docs/scenarios.md`` explains how to read what they print.
+events; :func:`sweep` runs it once per seed and counts what held.
+``trioplay scenario list``, ``trioplay scenario run NAME`` and
+``trioplay scenario sweep NAME --seeds 0-99`` run the built-in scenarios
+(``trioplay.adapters.scenarios``) and files of your own;
+``docs/scenarios.md`` explains how to read what they print.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from ._scenario import Expect as Expect
 from ._scenario import Scenario as Scenario
 from ._scenario import ScenarioResult as ScenarioResult
 from ._scenario import Setup as Setup
+from ._scenario import Sweep as Sweep
 from ._scenario import describe as describe
 from ._scenario import run_scenario as run_scenario
+from ._scenario import sweep as sweep
 from ._scenario import write_outputs as write_outputs

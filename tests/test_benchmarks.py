@@ -76,8 +76,9 @@ def test_scenarios_times_a_scenario_from_the_command_line(
 ) -> None:
     result = scenarios.run(rounds=1, save=False, names=("slow-body",))
     out = capsys.readouterr().out
-    assert re.search(r"^  slow-body +[\d.]+s +[\d.]+s$", out, re.M), out
+    assert re.search(r"^  slow-body +[\d.]+s +[\d.]+s +[\d.]+s$", out, re.M), out
     assert "target: every scenario < 2 s: worst " in out
+    assert re.search(r"^  six-hour-stall +[\d.]+s  \(6 h virtual; target < 1 s of CPU", out, re.M)
     assert list(result["results"]) == ["slow-body"]
 
 

@@ -49,6 +49,7 @@ COMMANDS = [
     "send-event",
     "resume",
     "cancel",
+    "scenario sweep",
 ]
 GROUPS = ("runs", "scenario")  # commands that have commands of their own
 COMMON = "Flags of every command"
@@ -363,9 +364,13 @@ def pages_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, BaseExcepti
     What each page's session raised, or None: each page's test reports its own.
     """
 
+    # Made here, not in the threads: pytest's temporary-folder factory is not
+    # thread-safe (two threads making its base folder at once disagree on it).
+    folders = {page: tmp_path_factory.mktemp(Path(page).stem) for page in RUN_DOCS}
+
     def one(page: str) -> BaseException | None:
         try:
-            _run_page(page, tmp_path_factory.mktemp(Path(page).stem))
+            _run_page(page, folders[page])
         except BaseException as exc:
             return exc
         return None

@@ -123,3 +123,35 @@ def test_the_command_line_does_not_import_trio_testing() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_sweep_counts_the_seeds_that_held_and_names_the_first_that_did_not(
+    tmp_path: Path,
+) -> None:
+    # A scenario whose own check fails on seeds 2 and 3 (and only those).
+    (tmp_path / "picky.py").write_text(
+        "import attrs\n"
+        "from trioplay.adapters import scenarios\n"
+        "hung = scenarios.HUNG_PROVIDER\n"
+        "def odd(result):\n"
+        "    return [f'seed {result.seed} is picky'] if result.seed in (2, 3) else []\n"
+        "picky = attrs.evolve(hung, name='picky', expect=attrs.evolve(hung.expect, check=odd))\n"
+    )
+    done = run_trioplay(
+        "scenario", "sweep", "picky.py:picky", "--seeds", "0-4", "--out", "o", cwd=tmp_path
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines()[:4] == [
+        "scenario picky: 3 of 5 seeds held",
+        "  did not hold: seeds 2-3",
+        "  the first, seed 2:",
+        "    - seed 2 is picky",
+    ]
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["seed"] == 2
+    held = run_trioplay("scenario", "sweep", "lease-loss", "--seeds", "0,5-6", cwd=tmp_path)
+    assert held.returncode == 0, held.stdout + held.stderr
+    assert held.stdout == "scenario lease-loss: 3 of 3 seeds held\n"
+    assert not (tmp_path / "out").exists()  # nothing failed, nothing written
+    wrong = run_trioplay("scenario", "sweep", "lease-loss", "--seeds", "9-1", cwd=tmp_path)
+    assert wrong.returncode == 2
+    assert "not a range of seeds: '9-1'" in wrong.stderr

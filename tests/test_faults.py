@@ -16,6 +16,7 @@ from trioplay.adapters.faults import (
     CpuHog,
     HostileTransport,
     RateLimitStorm,
+    Scheduled,
     SlowStore,
     StoreOutage,
     block_loop,
@@ -132,6 +133,27 @@ async def test_a_storm_answers_429_for_its_duration(autojump_clock: trio.testing
             outcomes.append(f"{exc.category} {exc.retry_after}")
     assert outcomes == ["ok", "rate_limit 3.0", "rate_limit 3.0", "ok"]
     assert storm.rejected == 2
+
+
+async def test_a_scheduled_tool_slows_then_fails_on_its_schedule(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    finder = SimulatedProvider(tool_id="finder", provider="acme", seed=0, latency=0.0)
+    scheduled = Scheduled(tool=finder, latency=((5.0, 2.0),), failure_rate=((20.0, 1.0),))
+    spec = scheduled.tool_spec()
+    call = trioplay.ToolCall(tool_id="finder", idempotency_key="k", attempt=1, deadline=None)
+    took = []
+    for at in (0.0, 4.9, 5.0, 10.0):
+        await trio.sleep_until(at)
+        await spec.fn({"domain": "a.example"}, call)
+        took.append(trio.current_time() - at)
+    assert took == [0.0, 0.0, 2.0, 2.0]  # 2 s more from 5 s on
+    await trio.sleep_until(20.0)
+    with pytest.raises(trioplay.ProviderTransientError) as failed:
+        await spec.fn({"domain": "a.example"}, call)
+    assert failed.value.category == "upstream"
+    assert trio.current_time() == 22.0  # it waited its extra first
+    assert scheduled.failed == 1
 
 
 async def test_block_loop_jumps_a_mock_clock_in_one_step(

@@ -125,12 +125,15 @@ async def test_a_lag_the_watchdog_has_not_yet_measured_counts(
     watch = LoopWatch(0.5)  # nobody listens
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch.run)
-        await trio.sleep(0.1)  # the watchdog sleeps until 0.25 s
+        # The loop is idle: the watchdog sleeps until this task's deadline
+        # (0.1 s), then watches until 0.35 s; the checkpoint lets it start.
+        await trio.sleep(0.1)
+        await trio.lowlevel.checkpoint()
         start = trio.current_time()
         autojump_clock.jump(10)
-        assert watch.lag_since(start) == pytest.approx(9.85)
+        assert watch.lag_since(start) == pytest.approx(9.75)
         await trio.testing.wait_all_tasks_blocked()
-        assert watch.lag_since(start) == pytest.approx(9.85)  # now measured
+        assert watch.lag_since(start) == pytest.approx(9.75)  # now measured
         assert watch.lag_since(trio.current_time() + 1) == 0
         nursery.cancel_scope.cancel()
 

@@ -10,14 +10,17 @@ other events for another seed.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
 import pytest
 
+from trioplay._scenario._judge import judge
 from trioplay.adapters.scenarios import BUILT_IN, find
-from trioplay.events import LoopLag, MapProgress
-from trioplay.scenario import ScenarioResult, run_scenario
+from trioplay.adapters.simulated import SimulatedProvider
+from trioplay.events import LoopLag, MapProgress, MapStall
+from trioplay.scenario import Expect, ScenarioResult, run_scenario
 
 NAMES = [scenario.name for scenario in BUILT_IN]
 
@@ -56,7 +59,7 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
         {"completed": 300, "failed": 0},
         {},
         {"store"},
-        {"oldest_phase": "store", "oldest_store_operation": "write_terminal_rows"},
+        {"oldest_phase": "store", "oldest_store_operation": "complete_many"},
     ),
     "lease-loss": (
         "completed",
@@ -86,7 +89,7 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
         {"loop"},
         {"oldest_phase": "loop", "loop_lag_ms": 89750},
     ),
-    "cancel-mid-page": ("cancelled", {"failed": 0}, {}, set(), {}),
+    "cancel-mid-page": ("interrupted", {"failed": 0}, {}, set(), {}),
     "provider-starvation": (
         "completed",
         {"completed": 80, "failed": 40},
@@ -98,8 +101,18 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
         "completed",
         {"completed": 20, "failed": 0},
         {},
+        {"receipt"},
+        {"oldest_phase": "receipt", "oldest_receipt_owner": "peer.invalid/4242/1"},
+    ),
+    "creeping-provider": (
+        "completed",
+        {"completed": 500, "failed": 0},
+        {},
         {"resolver"},
-        {"oldest_phase": "resolver", "oldest_provider": "acme"},
+        {
+            "oldest_provider": "acme",
+            "slow_progress": {"commits": 6, "recent_commits": 214.0, "intervals": 2},
+        },
     ),
     # Waiting rows (issue 22): neither one logs a stall line.
     "event-never-comes": (
@@ -130,7 +143,8 @@ def _run(name: str, seed: int = 0) -> ScenarioResult:
 
 def test_the_scenarios_of_the_issues_are_built_in() -> None:
     assert set(NAMES) == set(STORIES)
-    assert len(NAMES) == len(set(NAMES)) == 14  # twelve of issue 12, two of issue 22
+    # twelve of issue 12, two of issue 22 (waits), one of issue 26 (slow progress)
+    assert len(NAMES) == len(set(NAMES)) == 15
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -159,6 +173,84 @@ def test_another_seed_changes_a_random_scenarios_timeline(name: str) -> None:
 @pytest.mark.parametrize("name", [s.name for s in BUILT_IN if not s.seeded])
 def test_a_scenario_without_randomness_ignores_the_seed(name: str) -> None:
     assert _run(name, seed=7).events_jsonl() == _run(name).events_jsonl()
+
+
+def test_the_store_outage_begins_before_the_run_ends_whatever_the_seed() -> None:
+    # With the outage from 5 s, seed 3's run ended at 4.68 s: no stall at all.
+    result = _run("store-outage", seed=3)
+    assert result.held, result.problems
+    assert {s["oldest_phase"] for s in result.stalls} == {"store"}
+
+
+def test_a_store_call_of_no_measurable_age_is_named_by_no_line() -> None:
+    # Heartbeats in flight at the instant a stall line was taken were named
+    # as its oldest store operation, at 0 ms, in lines that blame a provider.
+    lines = _run("hung-provider").stalls
+    assert lines
+    assert all(s["oldest_store_operation"] is None for s in lines if s["oldest_store_ms"] == 0)
+
+
+def test_a_hung_rows_line_names_the_frame_it_awaits() -> None:
+    # Issue 26, acceptance 1: the innermost frame is the tool's own await
+    # (SimulatedProvider's sleep_forever), above it the play's resolver.
+    source = inspect.getsource(SimulatedProvider.__call__).splitlines()
+    first = inspect.getsourcelines(SimulatedProvider.__call__)[1]
+    sleep = first + next(i for i, line in enumerate(source) if "sleep_forever()" in line)
+    [line, *_] = _run("hung-provider").stalls
+    assert line["oldest_row_key"] == "d17.example"
+    awaiting = line["oldest_awaiting"]
+    assert awaiting[-1] == f"SimulatedProvider.__call__ (trioplay/adapters/simulated.py:{sleep})"
+    assert "calls.<locals>.resolver (trioplay/adapters/scenarios/_common.py:27)" in awaiting
+    assert not any("trio/" in frame or "sleep_forever" in frame for frame in awaiting)
+
+
+def test_a_row_waiting_on_another_owners_receipt_says_so_and_names_the_owner() -> None:
+    # Issue 26, acceptance 1: no call of these rows has started; they wait
+    # out the lease another host holds on each receipt.
+    result = _run("receipt-held-elsewhere")
+    assert result.stalls
+    for line in result.stalls:
+        assert line["oldest_phase"] == "receipt"
+        assert line["oldest_receipt_owner"] == "peer.invalid/4242/1"
+        assert line["oldest_awaiting"][-1] == "park (trioplay/_receipts/_call.py)"
+    [cause] = result.causes()
+    assert cause["receipt_owner"] == "peer.invalid/4242/1"
+    [stall, *_] = [e for e in result.events if isinstance(e, MapStall)]
+    assert stall.cause.startswith("receipt: owner peer.invalid/4242/1, provider acme")
+
+
+def test_expect_checks_a_page_a_fields_value_and_every_line() -> None:
+    result = _run("provider-starvation")
+    pages = {s["page_offset"] for s in result.stalls}
+    assert pages == {0, 40, 80}
+
+    def judged(**wanted: Any) -> list[str]:
+        return judge(result, Expect(outcome="completed", **wanted))
+
+    assert judged(phase="governor", page=80) == []
+    assert judged(phase="governor", page=0) != []  # page 0's lines all say resolver
+    assert judged(fields={"oldest_provider": "stuck-co"}, every_line=True) == []
+    [problem] = judged(phase="governor", every_line=True)
+    assert problem.startswith("not every stall line names {'oldest_phase': 'governor'}")
+    [problem] = judged(fields={"oldest_row_key": "nope"})
+    assert problem.startswith("no stall line names {'oldest_row_key': 'nope'}")
+    quiet = _run("dispatcher-crash")
+    assert judge(quiet, Expect(outcome="completed", phase="resolver", every_line=True)) != []
+
+
+def test_a_collapse_of_the_commit_rate_is_named_before_any_stall() -> None:
+    # Issue 26, point 2: commits never stop (no interval without one), so the
+    # stall rule alone never fired; the slow-progress rule names the provider.
+    result = _run("creeping-provider")
+    assert result.held, result.problems
+    lines = [(e.at, e.report) for e in result.events if isinstance(e, MapStall)]
+    assert all(line["slow_progress"] is not None for _, line in lines)
+    assert all(line["last_terminal_commit_ms"] < 60_000 for _, line in lines)
+    at, first = lines[0]
+    assert at == 240  # ticks at 180 and 240 s were slow: two intervals running
+    assert first["slow_progress"] == {"commits": 6, "recent_commits": 214.0, "intervals": 2}
+    [stall, *_] = [e for e in result.events if isinstance(e, MapStall)]
+    assert stall.cause.endswith("slow: 6 commits against 214.0")
 
 
 def test_the_dispatcher_crash_reaches_every_waiting_row() -> None:
@@ -210,6 +302,6 @@ def test_a_summary_says_what_stalled_and_why() -> None:
     assert summary["status"] == "completed"
     assert summary["expectations_held"] is True
     assert summary["causes"] == [
-        {"phase": "store", "provider": None, "store_operation": "write_terminal_rows", "tool": None}
+        {"phase": "store", "provider": None, "store_operation": "complete_many", "tool": None}
     ]
     assert summary["longest_unsettled_ms"] >= 180_000 - 5_000

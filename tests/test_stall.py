@@ -153,6 +153,9 @@ NEW_KEYS = [
     "oldest_store_ms",
     "oldest_store_operation",
     "loop_lag_ms",
+    "oldest_receipt_owner",
+    "oldest_awaiting",
+    "slow_progress",
 ]
 
 

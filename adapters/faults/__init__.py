@@ -1,6 +1,7 @@
 """Fault injection for scenarios and tests: every fault seeded, every delay in Trio time.
 
 - :class:`RateLimitStorm`: a tool that answers 429 with ``Retry-After`` for a while;
+- :class:`Scheduled`: a tool whose latency and failure rate change on a schedule;
   latency distributions and hangs are :class:`~trioplay.adapters.SimulatedProvider`'s
 - :class:`HostileTransport`: HTTP that stalls its headers or drips its body
 - :class:`SlowStore`, :class:`StoreOutage`, :class:`LeaseRejection`,
@@ -20,6 +21,7 @@ from ._cpu import block_loop as block_loop
 from ._http import NEVER as NEVER
 from ._http import HostileTransport as HostileTransport
 from ._provider import RateLimitStorm as RateLimitStorm
+from ._provider import Scheduled as Scheduled
 from ._store import RECEIPT_WRITES as RECEIPT_WRITES
 from ._store import SHEET_WRITES as SHEET_WRITES
 from ._store import DispatcherCrash as DispatcherCrash

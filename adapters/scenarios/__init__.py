@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._http import HEADER_STALL, SLOW_BODY
-from ._providers import HUNG_PROVIDER, PROVIDER_STARVATION, RATE_LIMIT_STORM
+from ._providers import CREEPING_PROVIDER, HUNG_PROVIDER, PROVIDER_STARVATION, RATE_LIMIT_STORM
 from ._run import CANCEL_MID_PAGE, LOOP_STARVATION
 from ._stores import (
     DISPATCHER_CRASH,
@@ -38,6 +38,7 @@ BUILT_IN: tuple[Scenario, ...] = (
     RECEIPT_HELD_ELSEWHERE,
     EVENT_NEVER_COMES,
     EVENT_BEFORE_WAITER,
+    CREEPING_PROVIDER,
 )
 """Every built-in scenario, in the order ``trioplay scenario list`` shows them."""
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trioplay import Limits
-from trioplay.events import MapProgress
+from trioplay.events import MapProgress, MapStall
 from trioplay.scenario import Expect, Scenario, Setup
 
-from ..faults import RateLimitStorm
+from ..faults import RateLimitStorm, Scheduled
 from ..simulated import Latency, SimulatedProvider
 from ._common import calls, leads, map_play, registry
 
@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from trioplay.scenario import ScenarioResult
 
 
-def _hung_provider(seed: int) -> Setup:
+def hung_call(name: str, seed: int, *, rows: int, tool_timeout: float) -> Setup:
+    """``rows`` rows through ``finder`` (acme), whose call for ``d17.example`` never returns."""
     finder = SimulatedProvider(
         tool_id="finder",
         provider="acme",
@@ -26,10 +27,15 @@ def _hung_provider(seed: int) -> Setup:
         hang_keys={"d17.example"},
     )
     return Setup(
-        play=map_play("hung-provider", leads(200), ("email", calls("finder"))),
+        play=map_play(name, leads(rows), ("email", calls("finder"))),
         tools=registry(finder),
-        limits=Limits(tool_timeout=300),
+        limits=Limits(tool_timeout=tool_timeout),
+        deadline=max(6 * 3600.0, 2 * tool_timeout),
     )
+
+
+def _hung_provider(seed: int) -> Setup:
+    return hung_call("hung-provider", seed, rows=200, tool_timeout=300)
 
 
 HUNG_PROVIDER = Scenario(
@@ -131,6 +137,59 @@ PROVIDER_STARVATION = Scenario(
         phase="governor",
         provider="stuck-co",
         check=_the_stuck_provider_is_contained,
+    ),
+    seeded=True,
+)
+
+
+COLLAPSE = 120.0  # creeping-provider: when its calls slow down
+
+
+def _creeping_provider(seed: int) -> Setup:
+    finder = SimulatedProvider(
+        tool_id="finder", provider="acme", seed=seed, latency=Latency(0.5, 1.5), concurrency=2
+    )
+    # Two minutes in, every call takes 20 s more: ~6 commits a minute instead of ~200.
+    creeping = Scheduled(tool=finder, latency=((COLLAPSE, 20.0),))
+    return Setup(
+        play=map_play("creeping-provider", leads(500), ("email", calls("finder")), page_size=500),
+        tools=registry(creeping),
+    )
+
+
+def _the_collapse_is_named(result: ScenarioResult) -> list[str]:
+    """A slow-progress line names the page's provider within three minutes of the collapse."""
+    slow = [(at, s) for at, s in _lines(result) if s["slow_progress"] is not None]
+    if not slow:
+        return ["no stall line reported slow progress"]
+    at, first = slow[0]
+    problems = []
+    if not COLLAPSE < at <= COLLAPSE + 180:
+        problems.append(f"the first slow-progress line came at {at:.0f} s, not within 3 min")
+    if (first["oldest_provider"], first["oldest_tool"]) != ("acme", "finder"):
+        problems.append(f"the first slow line blamed {first['oldest_provider']!r}")
+    return problems
+
+
+def _lines(result: ScenarioResult) -> list[tuple[float, dict[str, Any]]]:
+    return [(e.at, e.report) for e in result.events if isinstance(e, MapStall)]
+
+
+CREEPING_PROVIDER = Scenario(
+    name="creeping-provider",
+    description=(
+        "the provider slows from 0.5 s to 20 s a call at 2 min: commits never stop, "
+        "a slow-progress line names it"
+    ),
+    setup=_creeping_provider,
+    expect=Expect(
+        outcome="completed",
+        completed=500,
+        failed=0,
+        stalled=True,
+        phase="resolver",
+        provider="acme",
+        check=_the_collapse_is_named,
     ),
     seeded=True,
 )

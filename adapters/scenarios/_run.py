@@ -67,6 +67,6 @@ CANCEL_MID_PAGE = Scenario(
         "the run is cancelled 12 s in, in the middle of a page: it ends at once, its commits kept"
     ),
     setup=_cancel_mid_page,
-    expect=Expect(outcome="cancelled", stalled=False, check=_reported_rows_are_stored),
+    expect=Expect(outcome="interrupted", stalled=False, check=_reported_rows_are_stored),
     seeded=True,
 )

@@ -1,7 +1,7 @@
 """The ``trioplay`` command line (also ``python -m trioplay``).
 
 Commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``,
-``config``, ``scenario list``, ``scenario run``; docs/cli.md describes
+``config``, ``scenario list``, ``scenario run``, ``scenario sweep``; docs/cli.md describes
 every one, and tests/test_cli_docs.py keeps it in step with ``--help``.
 Each returns an exit code (``_common``): 0 success, 1 a failed run (or
 an unexpected error, or a scenario whose expectations did not hold), 2 a
@@ -39,7 +39,7 @@ point.
 - ``_summary``: the end-of-run summary as JSON (``--json``)
 - ``_signals``: Ctrl-C and SIGTERM as the cancellation of a run
 - ``_demo``: the bundled ``enrich-leads`` play and its simulated tools
-- ``_scenario``: ``scenario list`` and ``scenario run`` (virtual-time stall scenarios)
+- ``_scenario``: ``scenario list``, ``run`` and ``sweep`` (virtual-time stall scenarios)
 """
 
 from __future__ import annotations

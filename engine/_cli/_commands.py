@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -56,7 +57,7 @@ from ._paths import Guarded, check_outputs, input_files, sqlite_files, store_pro
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
 from ._recording import open_recording
-from ._signals import cancel_on_signals
+from ._signals import TaskDump, cancel_on_signals
 from ._summary import summary_data
 from ._waiting import event_line, utc, wait_line, waiting_lines, waits_data
 
@@ -186,6 +187,7 @@ class _RunSpec:
     kept: tuple[Guarded, ...] = ()  # what no output may write over (see _paths)
     json: bool = False  # --json: the summary as one JSON object
     play_ref: str | None = None  # FILE.py[:PLAY], recorded with the run for `resume RUN`
+    dump: TaskDump | None = None  # run --dump-on: the task tree on a signal
 
 
 @attrs.frozen
@@ -244,10 +246,18 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             store=store,
             settings=settings,
             kept=tuple(kept),
+            dump=_task_dump(args),
             **_run_outputs(args),
             play_ref=f"{path.resolve()}:{name}" if name else str(path.resolve()),
         )
         return _execute(spec, session)
+
+
+def _task_dump(args: argparse.Namespace) -> TaskDump | None:
+    if args.dump_on is None:
+        return None
+    path = args.dump_to or f"trioplay-tasks-{os.getpid()}.txt"
+    return TaskDump(args.dump_on, Path(path).absolute())
 
 
 def _cmd_config(args: argparse.Namespace, session: _Session) -> int:
@@ -276,7 +286,10 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     try:
         with session.log_through(reporter.write_line):
             finished, interrupt = trio.run(
-                cancel_on_signals, partial(_run_and_export, spec, reporter), reporter.write_line
+                cancel_on_signals,
+                partial(_run_and_export, spec, reporter),
+                reporter.write_line,
+                spec.dump,
             )
     except KeyboardInterrupt:  # before the signal receiver opened, or after it closed
         reporter.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import signal
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from typing import Any
@@ -172,6 +173,18 @@ def build_parser() -> argparse.ArgumentParser:
         "output), several to FILE-stem.<dataset>.<ext>",
     )
     _add_run_outputs(run)
+    run.add_argument(
+        "--dump-on",
+        metavar="SIGNAL",
+        type=_dump_signal,
+        help="on this signal (SIGUSR1), write every task and what it awaits to --dump-to; "
+        "the run goes on",
+    )
+    run.add_argument(
+        "--dump-to",
+        metavar="FILE",
+        help="where --dump-on writes (default: trioplay-tasks-PID.txt)",
+    )
     run.set_defaults(command=_cmd_run)
 
     timeline = commands.add_parser(
@@ -267,6 +280,16 @@ def _add_store_option(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help=f"read this configuration file instead of the nearest {CONFIG_FILE} or pyproject.toml",
     )
+
+
+def _dump_signal(text: str) -> signal.Signals:
+    name = text.upper() if text.upper().startswith("SIG") else "SIG" + text.upper()
+    found = signal.Signals.__members__.get(name)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"no signal {text!r} (SIGUSR1, say)")
+    if found in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        raise argparse.ArgumentTypeError(f"{found.name} stops the run; use SIGUSR1 or SIGUSR2")
+    return found
 
 
 def _add_run_settings(parser: argparse.ArgumentParser) -> None:

@@ -1,14 +1,18 @@
-"""``trioplay scenario list`` and ``trioplay scenario run NAME|FILE.py[:NAME]``.
+"""``trioplay scenario list``, ``scenario run NAME|FILE.py[:NAME]`` and ``scenario sweep``.
 
 A scenario runs in virtual time (:func:`trioplay.scenario.run_scenario`);
 ``run`` writes its events, trace, timeline picture, stall lines and
 summary into ``--out`` and
 prints what stalled, for how long, what the runtime named as the cause and
-whether the scenario's expectations held (exit code 1 if not).
+whether the scenario's expectations held (exit code 1 if not). ``sweep``
+runs it once per seed of ``--seeds`` and says how many held and which did
+not (exit code 1 if any did not), writing the first failure's files into
+``--out``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 from pathlib import Path
@@ -16,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from trioplay.adapters.scenarios import BUILT_IN, find
 
-from .._scenario import Scenario, describe, run_scenario, write_outputs
+from .._scenario import Scenario, describe, parse_seeds, run_scenario, sweep, write_outputs
 from ._common import EXIT_FAILED, EXIT_OK, UsageError
 from ._playfile import _importable_from, load_play_module, split_play_ref
 
 if TYPE_CHECKING:
-    import argparse
     from collections.abc import Iterator
 
     from . import _Session
@@ -33,7 +36,7 @@ def add_scenario_commands(
     commands: argparse._SubParsersAction[Any],
     common: argparse.ArgumentParser,
 ) -> None:
-    """The ``scenario`` command and its two verbs."""
+    """The ``scenario`` command and its three verbs."""
     scenario = commands.add_parser(
         "scenario", parents=[common], help="reproduce a stall in virtual time"
     )
@@ -66,6 +69,41 @@ def add_scenario_commands(
         help=f"where to write its files (default: {DEFAULT_OUT}/NAME)",
     )
     run.set_defaults(command=_cmd_scenario_run)
+    many = verbs.add_parser(
+        "sweep",
+        parents=[common],
+        help="run a scenario once per seed and count how many held",
+        description=(
+            "Run a scenario once per seed of --seeds and say how many seeds held its "
+            "expectations and which did not; the first that did not is described and its "
+            "files written into --out. Exits 1 if any seed did not hold."
+        ),
+    )
+    many.add_argument(
+        "scenario",
+        metavar="SCENARIO",
+        help="a built-in scenario's name, or a scenario file FILE.py[:NAME]",
+    )
+    many.add_argument(
+        "--seeds",
+        metavar="RANGES",
+        type=_seeds,
+        default="0-99",
+        help="the seeds: 0-99 (the default), 7, or 0-9,20",
+    )
+    many.add_argument(
+        "--out",
+        metavar="DIR",
+        help=f"where the first failure's files go (default: {DEFAULT_OUT}/NAME-seed-N)",
+    )
+    many.set_defaults(command=_cmd_scenario_sweep)
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return parse_seeds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _cmd_scenario_list(_args: argparse.Namespace, _session: _Session) -> int:
@@ -85,6 +123,21 @@ def _cmd_scenario_run(args: argparse.Namespace, session: _Session) -> int:
         print(line)
     print(f"  wrote: {', '.join(str(path) for path in written)}")
     return EXIT_OK if result.held else EXIT_FAILED
+
+
+def _cmd_scenario_sweep(args: argparse.Namespace, session: _Session) -> int:
+    scenario = _find_scenario(args.scenario)
+    with _stall_lines_quiet(session.debug):
+        found = sweep(scenario, args.seeds)
+    for line in found.describe():
+        print(line)
+    first = found.first_failure
+    if first is None:
+        return EXIT_OK
+    out = Path(args.out) if args.out else Path(DEFAULT_OUT) / f"{scenario.name}-seed-{first.seed}"
+    written = write_outputs(first, out)
+    print(f"  wrote: {', '.join(str(path) for path in written)}")
+    return EXIT_FAILED
 
 
 def _find_scenario(ref: str) -> Scenario:

@@ -18,6 +18,11 @@ crash").
 
 A signal the command was started with ignored (SIGINT, in a background job
 of a non-interactive shell) stays ignored, as Python leaves SIGINT alone then.
+
+``run --dump-on SIGUSR1`` adds a :class:`TaskDump`: each time that signal
+comes, every task of the process and what it awaits
+(:func:`trioplay._awaits.task_tree`) is written to a file, replaced whole
+(written beside it, then renamed), and the run goes on.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from typing import TYPE_CHECKING, TypeVar
 import attrs
 import trio
 
+from .._awaits import task_tree
 from .._groups import open_nursery, start_soon
 from ._common import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
+    from pathlib import Path
 
 T = TypeVar("T")
 
@@ -56,14 +63,33 @@ class Interrupt:
         return EXIT_CODES.get(self.received or signal.SIGINT, EXIT_INTERRUPTED)
 
 
+@attrs.frozen
+class TaskDump:
+    """On ``signum``, write the process's task tree to ``path`` (``run --dump-on``)."""
+
+    signum: signal.Signals
+    path: Path
+
+    async def run(self, say: Callable[[str], None]) -> None:
+        with trio.open_signal_receiver(self.signum) as signals:
+            async for _ in signals:
+                partial = self.path.with_name(self.path.name + ".partial")
+                partial.write_text(task_tree(), encoding="utf-8")
+                os.replace(partial, self.path)
+                say(f"{self.signum.name}: wrote the tasks and what they await to {self.path}")
+
+
 async def cancel_on_signals(
-    body: Callable[[], Awaitable[T]], say: Callable[[str], None]
+    body: Callable[[], Awaitable[T]],
+    say: Callable[[str], None],
+    dump: TaskDump | None = None,
 ) -> tuple[T | None, Interrupt]:
     """Run ``body()``; the first SIGINT or SIGTERM cancels it, a second exits the process.
 
     Returns what ``body`` returned (``None`` if the signal cancelled it) and
     the :class:`Interrupt`, whose ``received`` says whether a signal came.
-    ``say`` prints a line (above the progress bar, if one is drawn).
+    ``say`` prints a line (above the progress bar, if one is drawn);
+    ``dump``, if given, writes the task tree on its signal meanwhile.
     """
     interrupt = Interrupt()
     result: T | None = None
@@ -73,6 +99,8 @@ async def cancel_on_signals(
             if listened:  # none: not the main thread, or every signal ignored
                 signals = stack.enter_context(trio.open_signal_receiver(*listened))
                 start_soon(nursery, _watch, signals, interrupt, say)
+            if dump is not None:
+                start_soon(nursery, dump.run, say)
             with interrupt.scope:
                 result = await body()
             nursery.cancel_scope.cancel()

@@ -17,6 +17,7 @@ attribute read per row and no call.
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import trio
@@ -71,7 +72,7 @@ class _Batched(Protocol):
 class MapReport:
     """The events of one map: started, progress, finished, stalls, pages, rows, batches."""
 
-    __slots__ = ("_dirty", "_facts", "_run_id", "_total", "name", "trace")
+    __slots__ = ("_changed", "_dirty", "_facts", "_run_id", "_total", "name", "trace")
 
     def __init__(
         self,
@@ -86,6 +87,7 @@ class MapReport:
         self.trace = trace  # None when nobody records: test it before a row_* call
         self._total: int | None = None
         self._dirty = False  # counts changed since the last progress event
+        self._changed = trio.Event()  # set with _dirty: wakes keep_reporting
 
     # -- the whole map ------------------------------------------------------
     def started(self, total: int | None, columns: Sequence[str] = ()) -> None:
@@ -101,15 +103,25 @@ class MapReport:
 
     def changed(self) -> None:
         """The counts changed: the next progress tick reports them."""
-        self._dirty = True
+        if not self._dirty:
+            self._dirty = True
+            self._changed.set()
 
     async def keep_reporting(self, interval: float, counts: Callable[[], MapCounts]) -> None:
-        """Emit ``map.progress`` every ``interval`` while the counts change."""
+        """Emit ``map.progress`` at the ticks ``interval`` apart at which the counts changed.
+
+        The task sleeps until a change, then until the next tick: a map that
+        waits hours for one row costs no wake (in virtual time, none either).
+        """
+        clock = trio.lowlevel.current_clock()
+        start = clock.current_time()
         while True:
-            await trio.sleep(interval)
-            if self._dirty:
-                self._dirty = False
-                self.progress(counts())
+            await self._changed.wait()
+            ticks = math.floor((clock.current_time() - start) / interval) + 1
+            await trio.sleep_until(start + ticks * interval)
+            self._dirty = False
+            self._changed = trio.Event()
+            self.progress(counts())
 
     def ended(self, status: str, counts: MapCounts) -> None:
         """The ``map.finished`` record, of a map that completed, failed or has rows waiting."""

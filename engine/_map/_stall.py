@@ -18,9 +18,15 @@ for a slot, a rate turn or a pause), ``oldest_tool``,
 ``oldest_provider`` and ``oldest_row_key`` of the oldest unsettled item (the
 one ``oldest_phase`` names; ``null`` where it has none), and
 ``store_active``, ``oldest_store_ms`` and ``oldest_store_operation``: the
-run's store calls in flight and the oldest of them; and ``loop_lag_ms``, the
+run's store calls in flight and the oldest of them (its operation ``null``
+while it has been in flight for less than a millisecond); and ``loop_lag_ms``, the
 largest lateness of the event loop during the last interval (see
-:mod:`trioplay._loop_lag`; 0 when it stayed under ``loop_lag_threshold``).
+:mod:`trioplay._loop_lag`; 0 when it stayed under ``loop_lag_threshold``);
+then ``oldest_receipt_owner``, in phase ``receipt`` the owner whose lease on
+the call's receipt the oldest row waits out, and ``oldest_awaiting``, what
+the oldest row's task awaits (:func:`trioplay._awaits.await_stack`: the
+play's and trioplay's frames, innermost last; ``null`` when the oldest item
+is no resolver).
 
 ``oldest_phase`` is ``store`` when a store call has gone unanswered for a
 whole interval, or when the run's store was busy (a call in flight) for at
@@ -35,17 +41,27 @@ then waits on the store. It is ``loop`` when the event loop was blocked for
 then nothing ran while it was, heartbeats included, and whatever the rows
 wait for is late because of it. ``oldest_tool``, ``oldest_provider`` and
 ``oldest_row_key`` are ``null`` for both: no row is to blame.
+
+Slow progress, not only no progress: a page that still commits, but at a
+fifth of its own recent rate or less for two intervals running
+(``SLOW_*`` below), also logs a line at the tick, with the same cause
+fields, and ``slow_progress`` says how slow: ``{"commits": 3,
+"recent_commits": 240.0, "intervals": 2}`` (commits in the interval just
+ended, the mean of the recent normal intervals, how many intervals running
+were slow). On every other line ``slow_progress`` is ``null``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from .._awaits import await_stack
 from .._phase import Phase, RowPhase
 
 if TYPE_CHECKING:
@@ -58,8 +74,18 @@ log = logging.getLogger("trioplay.stall")
 
 # The writer's phases: rows that wait on sheet writes, which say so with the row's key.
 _WRITER = ("writer_admission", "writer_commit")
-# An unsettled item: since when, its phase, and its row key, tool and provider.
-_Item = tuple[float, str, str | None, str | None, str | None]
+SLOW_FACTOR = 5
+"""Slow progress: a page's commits per interval fell below a fifth of its recent rate ..."""
+SLOW_INTERVALS = 2
+"""... for two intervals running ..."""
+SLOW_WINDOW = 5
+"""... its recent rate being the mean of its last five normal intervals ..."""
+SLOW_MIN_RECENT = 4
+"""... of at least four commits each (below that there is no rate to fall from)."""
+
+# An unsettled item: since when, its phase, its row key, tool and provider, and
+# its resolver's record (for its task and the receipt's owner; None if none).
+_Item = tuple[float, str, str | None, str | None, str | None, RowPhase | None]
 
 
 @attrs.frozen
@@ -104,6 +130,11 @@ class MapStallObserver:
         self._commit: dict[int, tuple[float, str | None]] = {}
         self._token = 0
         self._terminal_committed = 0
+        # Slow progress: commits counted at the last tick, the counts of the
+        # recent normal intervals, how many intervals running were slow.
+        self._counted = 0
+        self._recent: deque[int] = deque(maxlen=SLOW_WINDOW)
+        self._slow_for = 0
         # The clock's own method: the hooks below read it per row, and
         # trio.current_time() costs two more frames each time.
         self._now = now = trio.lowlevel.current_clock().current_time
@@ -197,10 +228,37 @@ class MapStallObserver:
         return bool(self._resolvers or self._admission or self._commit)
 
     # -- the report ---------------------------------------------------------
-    def snapshot(self) -> dict[str, Any] | None:
-        """The stall report now, or ``None`` when there is nothing to report."""
+    def _slow_progress(self, committed: int) -> dict[str, Any] | None:
+        """The collapse of the page's commit rate, if it lasted ``SLOW_INTERVALS`` ticks.
+
+        ``committed``: the page's commits during the interval just ended.
+        Its recent rate is the mean of its last normal intervals (a slow one
+        does not lower it); a rate below ``1 / SLOW_FACTOR`` of that, for
+        ``SLOW_INTERVALS`` intervals running, is slow progress. An interval
+        with no commit at all is a stall line anyway.
+        """
+        recent = self._recent
+        rate = sum(recent) / len(recent) if len(recent) >= 2 else 0.0
+        if rate >= SLOW_MIN_RECENT and committed < rate / SLOW_FACTOR:
+            self._slow_for += 1
+        else:
+            self._slow_for = 0
+            recent.append(committed)
+        if self._slow_for < SLOW_INTERVALS or committed == 0:
+            return None
+        return {
+            "commits": committed,
+            "recent_commits": round(rate, 1),
+            "intervals": self._slow_for,
+        }
+
+    def snapshot(self, *, slow: bool = False) -> dict[str, Any] | None:
+        """The stall report now, or ``None`` when there is nothing to report.
+
+        ``slow``: the page's progress collapsed; report although it committed.
+        """
         now = self._now()
-        if now - self._last_commit_at < self._interval:
+        if now - self._last_commit_at < self._interval and not slow:
             return None
         writer = self._writer_diagnostics()
         unresolved = len(self._resolvers) + len(self._admission) + len(self._commit)
@@ -211,17 +269,21 @@ class MapStallObserver:
         if unresolved == 0:
             return None
         candidates: list[_Item] = [
-            (r.started_at, r.phase, r.key, r.tool, r.provider) for r in self._resolvers.values()
+            (r.started_at, r.phase, r.key, r.tool, r.provider, r) for r in self._resolvers.values()
         ]
         candidates += [
-            (at, "writer_admission", key, None, None) for at, key in self._admission.values()
+            (at, "writer_admission", key, None, None, None) for at, key in self._admission.values()
         ]
-        candidates += [(at, "writer_commit", key, None, None) for at, key in self._commit.values()]
+        candidates += [
+            (at, "writer_commit", key, None, None, None) for at, key in self._commit.values()
+        ]
         starts = [item[0] for item in candidates]
         if writer is not None and writer.active_started_at is not None:
             starts.append(writer.active_started_at)
             if writer.active_kind == "terminal" and writer.active_rows > 0:
-                candidates.append((writer.active_started_at, "writer_commit", None, None, None))
+                candidates.append(
+                    (writer.active_started_at, "writer_commit", None, None, None, None)
+                )
         oldest = min(candidates, key=lambda c: c[0]) if candidates else None
         store_active = len(self._store_calls) if self._store_calls is not None else 0
         store = self._store_calls.oldest() if self._store_calls is not None else None
@@ -231,16 +293,24 @@ class MapStallObserver:
             else 0.0
         )
         if store is not None and now - store[0] >= self._interval:
-            oldest = (store[0], "store", None, None, None)
+            oldest = (store[0], "store", None, None, None, None)
         elif busy >= self._interval / 2 and (oldest is None or oldest[1] not in _WRITER):
-            oldest = (store[0] if store is not None else now - busy, "store", None, None, None)
+            oldest = (
+                store[0] if store is not None else now - busy,
+                "store",
+                None,
+                None,
+                None,
+                None,
+            )
         lag = self._loop_watch.lag_since(now - self._interval) if self._loop_watch else 0.0
         if lag > 0:
-            oldest = (now - lag, "loop", None, None, None)
+            oldest = (now - lag, "loop", None, None, None, None)
         fetch_starts = [r.phase_started_at for r in self._resolvers.values() if r.phase == "fetch"]
         governor_starts = [
             r.phase_started_at for r in self._resolvers.values() if r.phase == "governor"
         ]
+        row = oldest[5] if oldest is not None else None
         return {
             "map": self._map_name,
             "page_offset": self._page_offset,
@@ -267,13 +337,23 @@ class MapStallObserver:
             "oldest_row_key": oldest[2] if oldest is not None else None,
             "store_active": store_active,
             "oldest_store_ms": _ms(now - store[0]) if store is not None else 0,
-            "oldest_store_operation": store[1] if store is not None else None,
+            # A call in flight for no measurable time is no one's cause.
+            "oldest_store_operation": (
+                store[1] if store is not None and _ms(now - store[0]) > 0 else None
+            ),
             "loop_lag_ms": _ms(lag),
+            "oldest_receipt_owner": row.owner if row is not None else None,
+            "oldest_awaiting": await_stack(row.task) if row is not None else None,
         }
 
     def emit_if_stalled(self) -> None:
-        report = self.snapshot()
+        """At each tick of the timer: a stall line if the page stalled or its progress collapsed."""
+        committed = self._terminal_committed - self._counted
+        self._counted = self._terminal_committed
+        slow = self._slow_progress(committed)
+        report = self.snapshot(slow=slow is not None)
         if report is None:
             return
+        report["slow_progress"] = slow
         log.warning("[runtime.map_stall] %s", json.dumps(report, separators=(",", ":")))
         self._emit(report)

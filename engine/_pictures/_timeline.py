@@ -117,6 +117,7 @@ class _Run:
         self.title = "trioplay timeline"
         self.waited = False  # did a row wait for an outside event (a phase of its own)
         self.committed = 0
+        self.failed = 0  # of the committed rows, those committed failed
         spans = Spans(self._span)
         for e in events:
             spans.feed(e)
@@ -126,6 +127,7 @@ class _Run:
                 self.waited = True
             elif isinstance(e, r.RowCommitted):
                 self.committed += 1
+                self.failed += e.status == "failed"
                 bar = min(int((e.at - self.t0) / self.bar), len(self.commits) - 1)
                 self.commits[bar] += 1
             elif isinstance(e, r.MapStall):
@@ -437,7 +439,8 @@ def render_timeline(events: Iterable[r.Event]) -> str:
     parts = canvas.parts
     parts.append(_text(_LEFT, 24, run.title, 15, weight="bold"))
     summary = (
-        f"{run.committed:,} rows committed over {(run.t1 - run.t0) * canvas.scale:,.1f} "
+        f"{run.committed:,} rows committed ({run.committed - run.failed:,} completed, "
+        f"{run.failed:,} failed) over {(run.t1 - run.t0) * canvas.scale:,.1f} "
         f"{canvas.unit}; {len(run.stalls)} stall line(s)"
     )
     parts.append(_text(_LEFT, 44, summary, 12, colour="#555"))

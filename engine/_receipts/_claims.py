@@ -173,6 +173,8 @@ class Claimer:
             self._stats.waited += 1
             if self._trace is not None:
                 self._trace.add(ReceiptWaited, call.key, receipt.owner or "")
+            if call.row is not None:
+                call.row.waiting_for(receipt.owner or "")
             attempts = self._limits.receipt_wait_attempts
             if call.receipt_wait is not None:
                 attempts = max(0, math.ceil(call.receipt_wait / delay))
@@ -229,6 +231,9 @@ class Claimer:
                 self._deliver(call, error=ReceiptWaitTimeout(call.key, now - wait.since))
                 continue
             self._waits.append(wait)
+        for call, _ in owned:
+            if call.row is not None:
+                call.row.receipt_ours()
         self._start(owned, None)
         if gone:
             await self._release_shielded(gone)

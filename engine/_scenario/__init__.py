@@ -10,3 +10,6 @@ from ._run import EPOCH as EPOCH
 from ._run import describe as describe
 from ._run import run_scenario as run_scenario
 from ._run import write_outputs as write_outputs
+from ._sweep import Sweep as Sweep
+from ._sweep import parse_seeds as parse_seeds
+from ._sweep import sweep as sweep

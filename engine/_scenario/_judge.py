@@ -36,16 +36,25 @@ def judge(result: ScenarioResult, expect: Expect) -> list[str]:
         problems.append(
             f"{len(stalls)} stall lines, expected {'some' if expect.stalled else 'none'}"
         )
-    if expect.phase is not None:
-        wanted_line = {
-            "oldest_phase": expect.phase,
-            "oldest_provider": expect.provider,
-            "oldest_tool": expect.tool,
-            "oldest_store_operation": expect.operation,
-        }
-        wanted_line = {k: v for k, v in wanted_line.items() if v is not None}
-        if not any(all(s.get(k) == v for k, v in wanted_line.items()) for s in stalls):
-            named = [{k: s.get(k) for k in wanted_line} for s in stalls]
+    wanted_line = {
+        "oldest_phase": expect.phase,
+        "oldest_provider": expect.provider,
+        "oldest_tool": expect.tool,
+        "oldest_store_operation": expect.operation,
+        "page_offset": expect.page,
+    }
+    wanted_line = {k: v for k, v in wanted_line.items() if v is not None}
+    wanted_line.update(expect.fields)
+    if wanted_line:
+        matches = [all(s.get(k) == v for k, v in wanted_line.items()) for s in stalls]
+        named = [{k: s.get(k) for k in wanted_line} for s in stalls]
+        if expect.every_line and not (matches and all(matches)):
+            wrong = [n for n, ok in zip(named, matches, strict=True) if not ok]
+            problems.append(
+                f"not every stall line names {wanted_line}; "
+                f"{len(wrong) if stalls else 'no'} of {len(stalls)} did not: {_distinct(wrong)}"
+            )
+        elif not any(matches):
             problems.append(f"no stall line names {wanted_line}; they named {_distinct(named)}")
     types = {e.TYPE for e in result.events}
     problems += [f"no {t} event" for t in expect.events if t not in types]

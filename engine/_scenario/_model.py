@@ -16,13 +16,13 @@ from .._limits import FetchTimeouts, Limits
 from .._tools import ToolRegistry
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from .._runtime import Play
     from .._store import Store
     from ._result import ScenarioResult
 
-Outcome = Literal["completed", "failed", "cancelled", "waiting"]
+Outcome = Literal["completed", "failed", "interrupted", "waiting"]
 
 
 def _no_wrap(store: Store) -> Store:
@@ -38,7 +38,7 @@ class Setup:
     StoreOutage(s, start=30)``. ``deadline`` is when, in virtual seconds
     from the start, the run is cancelled if it has not ended (a scenario
     about cancellation sets it short; others keep it as a backstop, so a
-    run that would hang for ever ends ``cancelled``).
+    run that would hang for ever ends ``interrupted``).
     """
 
     play: Play
@@ -65,7 +65,11 @@ class Expect:
     - ``stalled``: whether any stall line was logged;
     - ``phase``: a stall line names this ``oldest_phase``; ``provider``,
       ``tool``, ``operation``: that same line names this ``oldest_provider``,
-      ``oldest_tool``, ``oldest_store_operation``;
+      ``oldest_tool``, ``oldest_store_operation``; ``page``: that line is the
+      page's at this ``page_offset``; ``fields``: that line has these values
+      (any of its keys: ``{"oldest_receipt_owner": "peer.invalid/4242/1"}``);
+    - ``every_line``: every stall line, not only one, must name all of the
+      above (and there must be one);
     - ``events``: event types the run must emit (``"loop.lag"``);
     - ``check``: more checks of your own, each problem a line of text.
     """
@@ -81,6 +85,9 @@ class Expect:
     provider: str | None = None
     tool: str | None = None
     operation: str | None = None
+    page: int | None = None
+    fields: Mapping[str, Any] = attrs.field(factory=dict)
+    every_line: bool = False
     events: tuple[str, ...] = ()
     check: Callable[[ScenarioResult], list[str]] | None = None
 

@@ -87,6 +87,8 @@ class ScenarioResult:
                 if phase == "store"
                 else None,
             }
+            if phase == "receipt":
+                cause["receipt_owner"] = stall.get("oldest_receipt_owner")
             seen.setdefault(compact(cause), cause)
         return list(seen.values())
 

@@ -106,7 +106,7 @@ async def _run(scenario: Scenario, seed: int) -> _Ran:
         # The runtime's own word on how the run ended.
         status, error = finished[-1].status, finished[-1].error
     elif status != "completed" and error is None:
-        status, error = "cancelled", "cancelled"
+        status, error = "interrupted", "interrupted"
     return _Ran(events, status, error, ended - start, row_errors, stored)
 
 

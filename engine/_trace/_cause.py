@@ -13,6 +13,8 @@ def _blamed(report: dict[str, Any]) -> tuple[str, list[str]]:
     if phase == "loop":
         return phase, [f"event loop blocked {report.get('loop_lag_ms', 0):,.0f} ms"]
     named = []
+    if phase == "receipt":  # another owner's lease on the call's receipt
+        named.append(f"owner {report.get('oldest_receipt_owner')}")
     if phase == "fetch":  # its tool and provider are both "fetch": the row says more
         return phase, [f"row {report.get('oldest_row_key')}"]
     if report.get("oldest_provider"):
@@ -37,6 +39,9 @@ def stall_cause(report: dict[str, Any]) -> str:
         detail = f"{named[0]} unanswered for {report.get('oldest_store_ms', 0):,} ms"
     else:
         detail = ", ".join([*named, f"oldest {report.get('oldest_unsettled_ms', 0):,} ms"])
+    slow = report.get("slow_progress")
+    if isinstance(slow, dict):  # commits fell, not stopped
+        detail += f", slow: {slow.get('commits')} commits against {slow.get('recent_commits')}"
     lag = report.get("loop_lag_ms")
     if phase != "loop" and isinstance(lag, int | float) and lag > 0:
         detail += f", loop lag {lag:,.0f} ms"
