@@ -7,13 +7,17 @@ checks that each one is importable from here.
 from __future__ import annotations
 
 from ._context import PlayContext as PlayContext
+from ._errors import ChildLimitExceeded as ChildLimitExceeded
+from ._errors import ChildPlayFailed as ChildPlayFailed
 from ._errors import CorruptReceipt as CorruptReceipt
 from ._errors import FetchError as FetchError
 from ._errors import FetchTimeout as FetchTimeout
 from ._errors import LeaseLost as LeaseLost
 from ._errors import MapMemoryLimitError as MapMemoryLimitError
 from ._errors import PersistenceLatchTripped as PersistenceLatchTripped
+from ._errors import PlayCycleError as PlayCycleError
 from ._errors import PlayDefinitionError as PlayDefinitionError
+from ._errors import PlayDepthExceeded as PlayDepthExceeded
 from ._errors import PlayInputError as PlayInputError
 from ._errors import ProviderTransientError as ProviderTransientError
 from ._errors import ReceiptNotRecorded as ReceiptNotRecorded

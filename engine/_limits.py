@@ -89,6 +89,9 @@ SPAN_OR_ZERO = Accepts(
     False, 0, True, f"finite seconds from 0 to {MAX_SECONDS:,} (a week)", MAX_SECONDS
 )
 
+DEPTH = Accepts(True, 0, True, "whole numbers from 0 to 64", maximum=64)
+"""How deep child plays nest (a root is depth 0)."""
+
 
 def _field(default: Any, accepts: Accepts) -> Any:
     return attrs.field(default=default, validator=accepts.validator)
@@ -122,6 +125,10 @@ class Limits:
     cleanup_timeout: float = _field(1.0, SPAN)
     loop_lag_threshold: float = _field(0.5, SPAN)
     csv_field_limit: int = _field(131_072, SIZE)
+    max_play_depth: int = _field(8, DEPTH)
+    max_inline_children: int = _field(16, MANY)
+    max_children_per_row: int = _field(1000, MANY)
+    max_children_per_run: int = _field(100_000, MANY)
 
 
 @attrs.frozen(kw_only=True)

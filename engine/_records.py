@@ -12,7 +12,7 @@ from typing import Literal
 import attrs
 
 ReceiptStatus = Literal["pending", "running", "completed", "failed", "skipped"]
-Operation = Literal["tool", "fetch", "step"]
+Operation = Literal["tool", "fetch", "step", "play"]
 RowStatus = Literal["completed", "failed"]
 RunStatus = Literal["running", "completed", "failed", "cancelled"]
 
@@ -181,3 +181,8 @@ class RunRecord:
     output_json: str | None = None
     error: str | None = None
     stats_json: str | None = None
+    # Child plays: the run that called this one, the root of its tree, its depth (root 0).
+    # Kept by the memory store; the SQL stores keep them once their schema has the columns.
+    parent_run_id: str | None = None
+    root_run_id: str | None = None
+    depth: int = 0

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._children import ChildScope
 from ._effects import DurableEffects
 from ._keys import row_step_receipt_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ._children import RowSlot
     from ._run import RunServices
 
 
@@ -22,12 +24,16 @@ class RowContext(DurableEffects):
     from the row's task itself, see :mod:`trioplay._phase`.)
     """
 
-    __slots__ = ("dataset", "key")
+    __slots__ = ("_children", "_slot", "dataset", "key")
 
-    def __init__(self, services: RunServices, dataset: str, key: str) -> None:
+    def __init__(
+        self, services: RunServices, dataset: str, key: str, slot: RowSlot | None = None
+    ) -> None:
         self._services = services
         self.dataset = dataset
         self.key = key
+        self._slot = slot
+        self._children: ChildScope | None = None
 
     @property
     def run_id(self) -> str:
@@ -40,6 +46,27 @@ class RowContext(DurableEffects):
         services = self._services
         receipt_key = row_step_receipt_key(services.run_id, self.dataset, self.key, key)
         return await services.step(receipt_key, key, fn, stale_after)
+
+    async def play(self, child: Any, input: Any = None) -> Any:
+        """Run the play ``child`` on ``input`` as a child of this row, and return its output.
+
+        Durable like a tool call: its receipt (operation ``play``) holds the
+        child's output, so a rerun replays it without running the child. The
+        child's run id derives from this run, this row and the input. This
+        row's children run at most ``Limits.max_inline_children`` at once;
+        while they run the row gives its row slot back. ``child`` is a play
+        or the name of one the runtime knows (``open_runtime(plays=...)``).
+
+        Raises :class:`ChildPlayFailed` (the child failed; rerunning resumes
+        it), :class:`PlayDepthExceeded`, :class:`PlayCycleError` (both before
+        anything is written, and failing the whole map),
+        :class:`ChildLimitExceeded`, :class:`PlayDefinitionError` (not a
+        play), :class:`PlayInputError` (input not JSON), :class:`RunEnded`.
+        """
+        scope = self._children
+        if scope is None:
+            scope = self._children = ChildScope(self.dataset, self.key, self._slot)
+        return await self._services.call_child(scope, child, input)
 
     def log(self, message: str) -> None:
         """Log a line for this row (logger ``trioplay.play``, and a ``play.log`` event)."""

@@ -8,6 +8,7 @@ settler, provider calls), so cancelling a run stops every task it started.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -42,6 +43,7 @@ from ._trace._records import RunFinished, RunStarted
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+    from ._children import Lineage
     from ._events import EventSink
     from ._fetch import Fetcher, FetchResponse
     from ._receipts import Dispatcher
@@ -108,8 +110,11 @@ class Runtime:
         on_event: EventSink | None,
         wall_clock: Callable[[], float],
         recorder: Recorder | None = None,
+        plays: Sequence[Play] = (),
     ) -> None:
         self.store = store
+        self.plays: dict[str, Play] = {play_name(fn): fn for fn in plays}
+        """The plays a child call may name (``ctx.play("name", input)``), by name."""
         self.tools = tools
         self.limits = limits
         self.fetch_timeouts = fetch_timeouts
@@ -155,7 +160,33 @@ class Runtime:
 
         return await (await self.fetcher()).fetch(url, FetchOptions(**options))
 
-    @trio.lowlevel.enable_ki_protection
+    def find_play(self, child: Any) -> tuple[Play, str]:
+        """A child play and its name: ``child`` is a play, or the name of one this runtime knows.
+
+        The runtime knows the plays given to ``open_runtime(plays=...)`` and
+        every play it has run.
+        """
+        if isinstance(child, str):
+            found = self.plays.get(child)
+            if found is None:
+                known = ", ".join(sorted(self.plays)) or "none"
+                raise PlayDefinitionError(
+                    f"no play named {child!r} in this runtime (known: {known}); pass the play "
+                    "itself, or name it in open_runtime(plays=[...])"
+                )
+            return found, child
+        if not callable(child) or not inspect.iscoroutinefunction(child):
+            raise PlayDefinitionError(
+                f"{child!r} is not a play: pass an async def play(ctx, input) or a play's name"
+            )
+        name = play_name(child)
+        self.plays.setdefault(name, child)
+        return child, name
+
+    async def run_child(self, play: Play, input: Any, run_id: str, lineage: Lineage) -> Any:
+        """Run a child play as the run ``run_id``, in the caller's task (see ``_children``)."""
+        return await self._run(play, input, run_id, lineage)
+
     async def run(self, play: Play, input: Any = None, *, run_id: str | None = None) -> Any:
         """Run ``play(ctx, input)`` durably and return what it returns.
 
@@ -170,14 +201,33 @@ class Runtime:
         beginning the attempt and the ``try`` that records its end); the
         play's code is not.
         """
+        return await self._run(play, input, run_id, None)
+
+    @trio.lowlevel.enable_ki_protection
+    async def _run(
+        self, play: Play, input: Any, run_id: str | None, lineage: Lineage | None
+    ) -> Any:
+        """:meth:`run`, of a root (``lineage`` ``None``) or of a child play."""
         name = play_name(play)
+        self.plays.setdefault(name, play)
         try:
             input_json = canonical_json(input)
         except (TypeError, ValueError) as exc:
             raise PlayInputError(f"play input must be JSON-serialisable: {exc}") from None
         if run_id is None:
             run_id = default_run_id(name, input_json)
-        record = await self.store.begin_attempt(run_id, name, input_json, now=self.wall_clock())
+        if lineage is None:
+            record = await self.store.begin_attempt(run_id, name, input_json, now=self.wall_clock())
+        else:
+            record = await self.store.begin_attempt(
+                run_id,
+                name,
+                input_json,
+                now=self.wall_clock(),
+                parent_run_id=lineage.parent_run_id,
+                root_run_id=lineage.root_run_id,
+                depth=lineage.depth,
+            )
         if (record.play, record.input_json) != (name, input_json):
             raise RunIdConflict(
                 run_id,
@@ -230,6 +280,8 @@ class Runtime:
                     store_calls=store_calls,
                     loop_watch=loop_watch,
                     cleanup=cleanup,
+                    lineage=lineage,
+                    children=self,
                 )
                 returned: list[Any] = []
                 done = trio.Event()
@@ -261,7 +313,8 @@ class Runtime:
             error = format_error(exc)
             raise
         finally:
-            self.last_stats = stats
+            if lineage is None:  # a child's counters are its own run's, not the caller's
+                self.last_stats = stats
             if dispatcher is not None:
                 await dispatcher.settle_late()
             finish = functools.partial(
@@ -330,6 +383,7 @@ async def open_runtime(
     http_transport: Any = None,
     wall_clock: Callable[[], float] = time.time,
     recorder: Recorder | None = None,
+    plays: Sequence[Play] = (),
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: ``async with open_runtime(store=..., tools=...) as rt:``.
 
@@ -340,7 +394,8 @@ async def open_runtime(
     every :class:`RuntimeEvent`; ``recorder`` (a :class:`trioplay.Recorder`) every typed
     event of ``docs/events.md``. ``http_transport`` replaces the network for
     ``fetch`` (tests, scenarios); ``wall_clock`` is the clock of lease
-    expiry and stored timestamps.
+    expiry and stored timestamps. ``plays`` are the plays a child call may
+    name (``ctx.play("score-account", input)``); a play run here is known too.
 
     On exit every task, socket and connection the runtime opened is closed.
     """
@@ -371,6 +426,7 @@ async def open_runtime(
                     on_event=on_event,
                     wall_clock=wall_clock,
                     recorder=recorder,
+                    plays=plays,
                 )
         finally:
             with trio.CancelScope(shield=True) as scope:

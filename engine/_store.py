@@ -188,7 +188,15 @@ class RunStore(Protocol):
     """
 
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
+        self,
+        run_id: str,
+        play: str,
+        input_json: str,
+        *,
+        now: float,
+        parent_run_id: str | None = None,
+        root_run_id: str | None = None,
+        depth: int = 0,
     ) -> RunRecord:
         """Create the run (attempt 1) or start its next attempt (attempt + 1).
 
@@ -196,6 +204,8 @@ class RunStore(Protocol):
         stored with another ``play`` or another ``input_json`` is left as it
         is, in the same transaction, and returned as stored: the caller sees
         the difference (the runtime refuses the run id, ``RunIdConflict``).
+        ``parent_run_id``, ``root_run_id`` and ``depth`` place a child play's
+        run in its tree (written on its first attempt).
         """
         ...
 

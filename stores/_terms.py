@@ -1,9 +1,10 @@
-"""The keyword arguments of three ``Store`` methods, written once for every store.
+"""The keyword arguments of four ``Store`` methods, written once for every store.
 
-``finish_attempt``, ``read_rows`` and ``claim_page`` take several keyword
-arguments (engine/_store.py says what each one means). Each store takes
-them whole (``**end: Unpack[AttemptEnd]``), and reads them through
-:func:`attempt_end` and :func:`row_query`, which hold the defaults, or hands
+``begin_attempt``, ``finish_attempt``, ``read_rows`` and ``claim_page`` take
+several keyword arguments (engine/_store.py says what each one means). Each
+store takes them whole (``**end: Unpack[AttemptEnd]``), and reads them through
+:func:`attempt_start`, :func:`attempt_end` and :func:`row_query`, which hold
+the defaults, or hands
 them on to :func:`trioplay.stores._rules.decide_page`. Type checkers see the
 same signature as the protocol's.
 """
@@ -14,6 +15,23 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     from trioplay import RowStatus
+
+
+class AttemptStart(TypedDict):
+    """``begin_attempt``'s keyword arguments, as every store takes them; :func:`attempt_start`
+    gives them with their defaults (``RunStore.begin_attempt`` in engine/_store.py)."""
+
+    now: float
+    parent_run_id: NotRequired[str | None]
+    root_run_id: NotRequired[str | None]
+    depth: NotRequired[int]
+
+
+def attempt_start(
+    now: float, parent_run_id: str | None = None, root_run_id: str | None = None, depth: int = 0
+) -> tuple[float, str | None, str | None, int]:
+    """``begin_attempt``'s ``now``, and a child play's parent, root and depth."""
+    return now, parent_run_id, root_run_id, depth
 
 
 class AttemptEnd(TypedDict):

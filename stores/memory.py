@@ -22,7 +22,15 @@ if TYPE_CHECKING:
     from trioplay import RunStatus
 
 from ._rules import PageRecord, decide_claims, decide_page
-from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
+from ._terms import (
+    AttemptEnd,
+    AttemptStart,
+    PageTerms,
+    RowQuery,
+    attempt_end,
+    attempt_start,
+    row_query,
+)
 
 URL = "memory://"
 
@@ -137,8 +145,9 @@ class MemoryStore:
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
+        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
     ) -> RunRecord:
+        now, parent_run_id, root_run_id, depth = attempt_start(**start)
         await trio.lowlevel.checkpoint()
         previous = self._runs.get(run_id)
         if previous is not None and (previous.play, previous.input_json) != (play, input_json):
@@ -151,6 +160,9 @@ class MemoryStore:
             attempt=previous.attempt + 1 if previous is not None else 1,
             created_at=previous.created_at if previous is not None else now,
             updated_at=now,
+            parent_run_id=previous.parent_run_id if previous is not None else parent_run_id,
+            root_run_id=previous.root_run_id if previous is not None else root_run_id,
+            depth=previous.depth if previous is not None else depth,
         )
         self._runs[run_id] = record
         return record

@@ -55,7 +55,15 @@ from ._pg_bridge import (
 from ._pg_jobs import Contended, Growth
 from ._pg_sql import CREATE_INCOMING, SCHEMA_VERSION, Sql
 from ._rules import decide_claims, decide_page
-from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
+from ._terms import (
+    AttemptEnd,
+    AttemptStart,
+    PageTerms,
+    RowQuery,
+    attempt_end,
+    attempt_start,
+    row_query,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -225,8 +233,11 @@ class PostgresStore:
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
+        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
     ) -> tp.RunRecord:
+        # A child play's lineage is not kept until the runs table has its columns
+        # (the schema of issue 22); the memory store keeps it.
+        now = attempt_start(**start)[0]
         begin = partial(jobs.begin_attempt, self._sql, run_id, play, input_json, float(now))
         return await self._call("begin_attempt", begin)
 

@@ -28,7 +28,15 @@ from . import _sqlite_jobs as jobs
 from ._rules import decide_page
 from ._sqlite_bridge import DEFAULT_LOCK_TIMEOUT, Worker
 from ._sqlite_sql import SCHEMA_VERSION
-from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
+from ._terms import (
+    AttemptEnd,
+    AttemptStart,
+    PageTerms,
+    RowQuery,
+    attempt_end,
+    attempt_start,
+    row_query,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -177,8 +185,11 @@ class SqliteStore:
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
+        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
     ) -> tp.RunRecord:
+        # A child play's lineage is not kept until the runs table has its columns
+        # (the schema of issue 22); the memory store keeps it.
+        now = attempt_start(**start)[0]
         return await self._call(
             "begin_attempt", partial(jobs.begin_attempt, run_id, play, input_json, now)
         )
