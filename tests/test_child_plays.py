@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,8 @@ from trioplay.stores.memory import MemoryStore
 from trioplay.stores.sqlite import SqliteStore
 
 from .support import CountingTool, registry
+from .test_cancellation import runtime_tasks
+from .test_store_contract import STORE_FACTORIES, STORE_MARKS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -401,3 +404,64 @@ async def test_bad_calls_are_refused_with_what_to_do() -> None:
 
         with pytest.raises(trioplay.RunIdConflict, match="another play"):
             await rt.run(caller, None, run_id="taken")
+
+
+@pytest.mark.parametrize(
+    "store_kind",
+    [pytest.param(name, marks=STORE_MARKS.get(name, [])) for name in STORE_FACTORIES],
+)
+async def test_cancelling_the_parent_mid_child_leaves_nothing_behind(
+    store_kind: str, tmp_path: Path
+) -> None:
+    hanging = trio.Event()
+
+    async def hang(input: Any, call: trioplay.ToolCall) -> Any:
+        if input == "hang":
+            hanging.set()
+            await trio.sleep_forever()
+        return input
+
+    @trioplay.play("stuck")
+    async def stuck(ctx: trioplay.PlayContext, input: Any) -> Any:
+        async def cell(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("hang", row["k"])
+
+        rows = [{"k": "fine"}, {"k": "hang"}]
+        return (await ctx.dataset("inner", rows).with_column("v", cell).run(key="k")).to_dict()
+
+    @trioplay.play("outer")
+    async def outer(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def cell(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.play(stuck, row["k"])
+
+        return (
+            await ctx.dataset("rows", [{"k": "x"}]).with_column("v", cell).run(key="k")
+        ).to_dict()
+
+    store = STORE_FACTORIES[store_kind](tmp_path)
+    child = child_id("parent", "rows", "x", "stuck", "x")
+    async with trioplay.open_runtime(store=store, tools=registry(hang=hang)) as rt:
+        before = runtime_tasks()
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(functools.partial(rt.run, outer, None, run_id="parent"))
+                await hanging.wait()
+                scope.cancel()
+        assert scope.cancelled_caught
+        assert runtime_tasks() == before
+        for run_id in ("parent", child):
+            record = await rt.store.get_run(run_id)
+            assert record is not None
+            assert record.status == "cancelled"
+            held = await rt.store.count_receipts(run_id)
+            assert held.get("running", 0) == 0, (run_id, held)
+        # Nothing holds a page either: the rerun claims at once and completes both runs.
+        hanging = trio.Event()
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(functools.partial(rt.run, outer, None, run_id="parent"))
+                await hanging.wait()
+                nursery.cancel_scope.cancel()
+        record = await rt.store.get_run(child)
+        assert record is not None
+        assert (record.status, record.attempt) == ("cancelled", 2)
