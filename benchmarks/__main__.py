@@ -35,6 +35,9 @@ from . import (
     sigint_trials,
     store_calls,
     throughput,
+    wait_kills,
+    wait_race,
+    wait_register,
 )
 
 QUICK_ROWS = 5_000
@@ -151,6 +154,27 @@ def _sigint(args: argparse.Namespace) -> Any:
     return report
 
 
+def _wait_race(args: argparse.Namespace) -> Any:
+    slots = args.rows or (200 if args.quick else wait_race.DEFAULT_SLOTS)
+    report = wait_race.run(slots)
+    if report["lost"] or report["double"] or report["consumed"] != report["slots"]:
+        raise SystemExit("wait_race: an event was lost or consumed twice")
+    return report
+
+
+def _wait_kills(args: argparse.Namespace) -> Any:
+    trials = args.trials or (3 if args.quick else wait_kills.DEFAULT_TRIALS)
+    slots = args.rows or wait_kills.DEFAULT_SLOTS
+    report = wait_kills.run(trials, slots=slots, seed=args.seed)
+    if any(report[kind]["problem_count"] for kind in ("sqlite", "postgres")):
+        raise SystemExit("wait_kills: a trial left the store unsound")
+    return report
+
+
+def _wait_register(args: argparse.Namespace) -> Any:
+    return wait_register.run(args.rows or (2_000 if args.quick else wait_register.DEFAULT_WAITS))
+
+
 BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "throughput": (_throughput, "rows/s of trioplay (memory, sqlite) vs raw Trio"),
     "memory": (_memory, "peak RSS of a small-row map on SQLite (100k rows)"),
@@ -176,8 +200,20 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
     "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),
+    "wait_kills": (
+        _wait_kills,
+        "event delivery killed (SIGKILL) at random points, sqlite and postgres: is it sound?",
+    ),
+    "wait_register": (
+        _wait_register,
+        "10,000 waits registered a page at a time, polled, registered again: calls and time",
+    ),
+    "wait_race": (
+        _wait_race,
+        "two processes race wait registration against sending (postgres): none lost or doubled",
+    ),
 }
-NOT_IN_ALL = ("compare", "instructions", "sigint", "plot")
+NOT_IN_ALL = ("compare", "instructions", "sigint", "plot", "wait_kills", "wait_race")
 DEFAULT = ("throughput", "memory")
 
 

@@ -92,6 +92,16 @@ SPAN_OR_ZERO = Accepts(
 DEPTH = Accepts(True, 0, True, "whole numbers from 0 to 64", maximum=64)
 """How deep child plays nest (a root is depth 0)."""
 
+# Waits (issue 22) outlive a process: their bound is days, not a week of a run.
+MAX_EVENT_WAIT = 366 * 24 * 3600  # a year
+EVENT_WAIT = Accepts(
+    False, 0, False, f"finite seconds above 0, at most {MAX_EVENT_WAIT:,} (a year)", MAX_EVENT_WAIT
+)
+MAX_EVENT_PAYLOAD = 64 * MiB
+EVENT_PAYLOAD = Accepts(
+    True, 1, True, f"whole numbers from 1 to {MAX_EVENT_PAYLOAD:,} (64 MiB)", MAX_EVENT_PAYLOAD
+)
+
 
 def _field(default: Any, accepts: Accepts) -> Any:
     return attrs.field(default=default, validator=accepts.validator)
@@ -129,6 +139,8 @@ class Limits:
     max_inline_children: int = _field(16, MANY)
     max_children_per_row: int = _field(1000, MANY)
     max_children_per_run: int = _field(100_000, MANY)
+    max_event_wait: float = _field(30 * 24 * 3600.0, EVENT_WAIT)
+    max_event_payload_bytes: int = _field(MiB, EVENT_PAYLOAD)
 
 
 @attrs.frozen(kw_only=True)

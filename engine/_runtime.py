@@ -216,17 +216,13 @@ class Runtime:
             raise PlayInputError(f"play input must be JSON-serialisable: {exc}") from None
         if run_id is None:
             run_id = default_run_id(name, input_json)
+        now = self.wall_clock()
         if lineage is None:
-            record = await self.store.begin_attempt(run_id, name, input_json, now=self.wall_clock())
-        else:
+            record = await self.store.begin_attempt(run_id, name, input_json, now=now)
+        else:  # the store records the root and the depth from the parent's record
+            parent = lineage.parent_run_id
             record = await self.store.begin_attempt(
-                run_id,
-                name,
-                input_json,
-                now=self.wall_clock(),
-                parent_run_id=lineage.parent_run_id,
-                root_run_id=lineage.root_run_id,
-                depth=lineage.depth,
+                run_id, name, input_json, now=now, parent_run_id=parent
             )
         if (record.play, record.input_json) != (name, input_json):
             raise RunIdConflict(

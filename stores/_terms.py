@@ -1,10 +1,9 @@
 """The keyword arguments of four ``Store`` methods, written once for every store.
 
-``begin_attempt``, ``finish_attempt``, ``read_rows`` and ``claim_page`` take
-several keyword arguments (engine/_store.py says what each one means). Each
-store takes them whole (``**end: Unpack[AttemptEnd]``), and reads them through
-:func:`attempt_start`, :func:`attempt_end` and :func:`row_query`, which hold
-the defaults, or hands
+``begin_attempt``, ``finish_attempt``, ``read_rows`` and ``claim_page`` take several keyword
+arguments (engine/_store.py says what each one means). Each store takes
+them whole (``**end: Unpack[AttemptEnd]``), and reads them through
+:func:`attempt_end` and :func:`row_query`, which hold the defaults, or hands
 them on to :func:`trioplay.stores._rules.decide_page`. Type checkers see the
 same signature as the protocol's.
 """
@@ -22,16 +21,15 @@ class AttemptStart(TypedDict):
     gives them with their defaults (``RunStore.begin_attempt`` in engine/_store.py)."""
 
     now: float
+    play_ref: NotRequired[str | None]
     parent_run_id: NotRequired[str | None]
-    root_run_id: NotRequired[str | None]
-    depth: NotRequired[int]
 
 
 def attempt_start(
-    now: float, parent_run_id: str | None = None, root_run_id: str | None = None, depth: int = 0
-) -> tuple[float, str | None, str | None, int]:
-    """``begin_attempt``'s ``now``, and a child play's parent, root and depth."""
-    return now, parent_run_id, root_run_id, depth
+    now: float, play_ref: str | None = None, parent_run_id: str | None = None
+) -> tuple[float, str | None, str | None]:
+    """``begin_attempt``'s ``now``, ``play_ref`` and ``parent_run_id``."""
+    return now, play_ref, parent_run_id
 
 
 class AttemptEnd(TypedDict):

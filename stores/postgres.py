@@ -64,6 +64,7 @@ from ._terms import (
     attempt_start,
     row_query,
 )
+from ._waits import WaitOperations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -102,7 +103,7 @@ _URL_OPTIONS: dict[str, type] = {
 }
 
 
-class PostgresStore:
+class PostgresStore(WaitOperations):
     """A :class:`trioplay.Store` in a PostgreSQL schema, shared by any number of processes.
 
     Build it with :meth:`from_url` (``postgresql://user:secret@host:5432/db``,
@@ -235,11 +236,11 @@ class PostgresStore:
     async def begin_attempt(
         self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
     ) -> tp.RunRecord:
-        # A child play's lineage is not kept until the runs table has its columns
-        # (the schema of issue 22); the memory store keeps it.
-        now = attempt_start(**start)[0]
-        begin = partial(jobs.begin_attempt, self._sql, run_id, play, input_json, float(now))
-        return await self._call("begin_attempt", begin)
+        begin = (run_id, play, input_json, *attempt_start(**start))
+        return await self._call("begin_attempt", partial(jobs.begin_attempt, self._sql, begin))
+
+    async def _wait_job(self, operation: str, *args: Any, read: bool = False) -> Any:
+        return await self._call(operation, partial(getattr(jobs, operation), self._sql, *args))
 
     async def finish_attempt(
         self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]

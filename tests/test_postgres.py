@@ -421,7 +421,15 @@ async def test_the_schema_comes_from_the_url_and_data_survives_reopening(schema:
     tables = await trio.to_thread.run_sync(
         _admin, "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (schema,)
     )
-    assert [t for (t,) in tables] == ["pages", "receipts", "runs", "schema_version", "sheet_rows"]
+    assert [t for (t,) in tables] == [
+        "events",
+        "pages",
+        "receipts",
+        "runs",
+        "schema_version",
+        "sheet_rows",
+        "waits",
+    ]
 
     second = PostgresStore.from_url(url)
     await second.open()
