@@ -27,12 +27,13 @@ from ._errors import (
     PlayDepthExceeded,
     PlayInputError,
     RunIdConflict,
+    format_error,
 )
 from ._json import canonical_json
 from ._keys import child_play_key, child_run_id, fetch_receipt_key
 from ._phase import StoreCalls, current_row
 from ._receipts import Dispatcher, local_executor
-from ._trace._records import PlayLog
+from ._trace._records import ChildFinished, ChildStarted, PlayLog
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -142,14 +143,29 @@ class RunServices:
         run_id = child_run_id(name, key)
 
         async def execute(_call: ToolCall) -> Any:
+            facts = self.facts
+            if facts is not None:
+                where = (run_id, name, lineage.depth, scope.dataset, scope.row_key)
+                facts.add(ChildStarted, self.run_id, *where)
+            status, error = "failed", None
             try:
-                return await runner.run_child(fn, input, run_id, lineage)
-            except (PlayCycleError, PlayDepthExceeded, RunIdConflict):
+                output = await runner.run_child(fn, input, run_id, lineage)
+                status = "completed"
+                return output
+            except (PlayCycleError, PlayDepthExceeded, RunIdConflict) as exc:
                 # About the tree of plays or the call, not the child's work: raised as
                 # they are (a cycle or a depth fails the caller's map once, not row by row).
+                error = format_error(exc)
                 raise
             except Exception as exc:
+                error = format_error(exc)
                 raise ChildPlayFailed(run_id, exc) from exc
+            except BaseException:
+                status, error = "cancelled", "cancelled"
+                raise
+            finally:
+                if facts is not None:
+                    facts.add(ChildFinished, self.run_id, run_id, status, error)
 
         # A child runs as long as it runs: no tool deadline (its own calls have theirs).
         effect = functools.partial(self.receipts.run_effect, "play", name, key, execute)

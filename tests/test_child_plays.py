@@ -452,3 +452,27 @@ async def test_cancelling_the_parent_mid_child_leaves_nothing_behind(
                 run_id, dataset, 0, owner="another", lease_ttl=60, now=rt.wall_clock()
             )
             assert page.status == "claimed", (run_id, page)
+
+
+async def test_a_child_start_and_end_are_told_with_its_depth() -> None:
+    told: list[trioplay.RuntimeEvent] = []
+    finder = CountingTool()
+    async with trioplay.open_runtime(
+        store=MemoryStore(), tools=registry(finder=finder), on_event=told.append
+    ) as rt:
+        await rt.run(leads, {"accounts": 1}, run_id="r")
+        child = child_id("r", "accounts", "a0", "score", {"account": "a0"})
+        children = [(e.type, e.run_id, e.data) for e in told if e.type.startswith("child.")]
+        assert children == [
+            (
+                "child.started",
+                "r",
+                {"child": child, "play": "score", "depth": 1, "map": "accounts", "row": "a0"},
+            ),
+            ("child.finished", "r", {"child": child, "status": "completed", "error": None}),
+        ]
+        # The child's own run is told under its own id.
+        assert ("run.finished", child) in [(e.type, e.run_id) for e in told]
+        told.clear()
+        await rt.run(leads, {"accounts": 1}, run_id="r")  # replayed: the child does not start
+        assert not [e for e in told if e.type.startswith("child.")]

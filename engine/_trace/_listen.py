@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from .._events import RuntimeEvent, deliver
 from ._records import (
+    ChildFinished,
+    ChildStarted,
     LoopLag,
     MapFinished,
     MapProgress,
@@ -71,6 +73,13 @@ FACTS: dict[type[Event], Fact] = {
     RunStarted: Fact("run.started", lambda e: {"play": e.play, "attempt": e.attempt}),
     RunFinished: Fact(
         "run.finished", lambda e: {"status": e.status, "error": e.error, "stats": dict(e.stats)}
+    ),
+    ChildStarted: Fact(
+        "child.started",
+        lambda e: {"child": e.child, "play": e.play, "depth": e.depth, "map": e.map, "row": e.row},
+    ),
+    ChildFinished: Fact(
+        "child.finished", lambda e: {"child": e.child, "status": e.status, "error": e.error}
     ),
     MapStarted: Fact("map.started", lambda e: {"map": e.map, "total": e.total}),
     MapProgress: Fact("map.progress", _counts),
