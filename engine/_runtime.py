@@ -354,6 +354,7 @@ def _stats_dict(stats: DispatchStats) -> dict[str, int]:
         "failed_calls": stats.failed_calls,
         "steps_run": stats.steps_run,
         "fetches": stats.fetches,
+        "children_run": stats.children_run,
     }
 
 

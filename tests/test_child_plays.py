@@ -476,3 +476,34 @@ async def test_a_child_start_and_end_are_told_with_its_depth() -> None:
         told.clear()
         await rt.run(leads, {"accounts": 1}, run_id="r")  # replayed: the child does not start
         assert not [e for e in told if e.type.startswith("child.")]
+
+
+async def test_runs_show_draws_the_tree_of_a_run(tmp_path: Path) -> None:
+    from trioplay._cli._commands import _format_details, _run_details
+    from trioplay.stores.sqlite import SqliteStore
+
+    path = tmp_path / "tree.db"
+    async with trioplay.open_runtime(
+        store=SqliteStore(path), tools=registry(finder=CountingTool())
+    ) as rt:
+        await rt.run(leads, {"accounts": 2}, run_id="leads")
+        await rt.run(bottom, "alone", run_id="alone")
+    children = {
+        child_id("leads", "accounts", f"a{i}", "score", {"account": f"a{i}"}) for i in range(2)
+    }
+    shown = min(children)
+    details = await _run_details(SqliteStore(path), shown)
+    assert (details["parent_run_id"], details["depth"]) == ("leads", 1)
+    tree = [(run["run_id"], run["depth"]) for run in details["tree"]]
+    assert tree[0] == ("leads", 0)
+    assert sorted(tree[1:]) == sorted((child, 1) for child in children)
+    drawn = _format_details(details).splitlines()
+    lines = drawn[drawn.index("tree:") + 1 :]
+    assert lines[0] == "  leads (leads, completed)"
+    assert sorted(lines[1:]) == sorted(
+        f"    {child} (score, completed)" + ("  <- this run" if child == shown else "")
+        for child in children
+    )
+    alone = await _run_details(SqliteStore(path), "alone")
+    assert alone["tree"] == []
+    assert "tree:" not in _format_details(alone)

@@ -51,6 +51,7 @@ from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
 from ._recording import open_recording
 from ._signals import cancel_on_signals
 from ._summary import summary_data
+from ._tree import format_tree, run_tree
 
 if TYPE_CHECKING:
     import argparse
@@ -501,6 +502,7 @@ async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
             name: await store.count_rows(run_id, name) for name in await store.list_datasets(run_id)
         }
         receipts = await store.count_receipts(run_id)
+        tree = await run_tree(store, record)
     try:
         stats = json.loads(record.stats_json) if record.stats_json else {}
     except ValueError:
@@ -520,6 +522,9 @@ async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
             for name, counts in datasets.items()
         },
         "receipts": dict(sorted(receipts.items())),
+        "parent_run_id": record.parent_run_id,
+        "depth": record.depth,
+        "tree": tree,
     }
 
 
@@ -549,6 +554,7 @@ def _format_details(details: dict[str, Any]) -> str:
         lines.append(f"receipts: {shown}")
     else:
         lines.append("receipts: none")
+    lines.extend(format_tree(details["tree"], details["run_id"]))
     return "\n".join(lines)
 
 
