@@ -31,7 +31,7 @@ from ._errors import (
 )
 from ._json import canonical_json
 from ._keys import child_play_key, child_run_id, fetch_receipt_key
-from ._phase import StoreCalls, current_row
+from ._phase import StoreCalls, child_done, current_row, waiting_on_child
 from ._receipts import Dispatcher, local_executor
 from ._trace._records import ChildFinished, ChildStarted, PlayLog
 
@@ -148,6 +148,7 @@ class RunServices:
                 where = (run_id, name, lineage.depth, scope.dataset, scope.row_key)
                 facts.add(ChildStarted, self.run_id, *where)
             status, error = "failed", None
+            row = waiting_on_child(run_id)
             try:
                 output = await runner.run_child(fn, input, run_id, lineage)
                 status = "completed"
@@ -164,6 +165,7 @@ class RunServices:
                 status, error = "cancelled", "cancelled"
                 raise
             finally:
+                child_done(row)
                 if facts is not None:
                     facts.add(ChildFinished, self.run_id, run_id, status, error)
 

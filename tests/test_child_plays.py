@@ -507,3 +507,43 @@ async def test_runs_show_draws_the_tree_of_a_run(tmp_path: Path) -> None:
     alone = await _run_details(SqliteStore(path), "alone")
     assert alone["tree"] == []
     assert "tree:" not in _format_details(alone)
+
+
+@pytest.mark.deadline(600)  # virtual seconds
+async def test_a_row_waiting_on_a_stalled_child_names_the_child_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def slow(input: Any, call: trioplay.ToolCall) -> Any:
+        await trio.sleep(130)
+        return input
+
+    @trioplay.play("stalled-child")
+    async def stalled(ctx: trioplay.PlayContext, input: Any) -> Any:
+        await ctx.tool("slow", input)  # at play level: none of the caller row's business
+        return input
+
+    @trioplay.play("waiting-parent")
+    async def parent(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def cell(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.play(stalled, row["k"])
+
+        return (
+            await ctx.dataset("rows", [{"k": "x"}]).with_column("v", cell).run(key="k")
+        ).to_dict()
+
+    told: list[trioplay.RuntimeEvent] = []
+    limits = trioplay.Limits(stall_log_interval=50, tool_timeout=600)
+    async with trioplay.open_runtime(
+        store=MemoryStore(), tools=registry(slow=slow), limits=limits, on_event=told.append
+    ) as rt:
+        await rt.run(parent, None, run_id="p")
+    child = child_id("p", "rows", "x", "stalled-child", "x")
+    stalls = [e.data for e in told if e.type == "map.stall"]
+    assert len(stalls) == 2  # at 50 s and 100 s
+    for line in stalls:
+        assert (line["oldest_phase"], line["oldest_tool"], line["oldest_provider"]) == (
+            "child",
+            child,
+            "play",
+        )
+        assert line["oldest_row_key"] == "x"
