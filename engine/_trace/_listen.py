@@ -74,13 +74,6 @@ FACTS: dict[type[Event], Fact] = {
     RunFinished: Fact(
         "run.finished", lambda e: {"status": e.status, "error": e.error, "stats": dict(e.stats)}
     ),
-    ChildStarted: Fact(
-        "child.started",
-        lambda e: {"child": e.child, "play": e.play, "depth": e.depth, "map": e.map, "row": e.row},
-    ),
-    ChildFinished: Fact(
-        "child.finished", lambda e: {"child": e.child, "status": e.status, "error": e.error}
-    ),
     MapStarted: Fact("map.started", lambda e: {"map": e.map, "total": e.total}),
     MapProgress: Fact("map.progress", _counts),
     MapFinished: Fact("map.finished", _finished),
@@ -90,6 +83,13 @@ FACTS: dict[type[Event], Fact] = {
         "loop.lag", lambda e: {"lag_ms": int(e.lag_ms), "threshold_ms": int(e.threshold_ms)}
     ),
     PlayLog: Fact("play.log", _log),
+    ChildStarted: Fact(
+        "child.started",
+        lambda e: {"child": e.child, "play": e.play, "depth": e.depth, "map": e.map, "row": e.row},
+    ),
+    ChildFinished: Fact(
+        "child.finished", lambda e: {"child": e.child, "status": e.status, "error": e.error}
+    ),
 }
 """Record type -> the ``RuntimeEvent`` listeners get of it (docs/events.md, "Listeners")."""
 
