@@ -547,3 +547,33 @@ async def test_a_row_waiting_on_a_stalled_child_names_the_child_run(
             "play",
         )
         assert line["oldest_row_key"] == "x"
+
+
+async def test_the_trace_nests_a_child_under_its_caller(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from trioplay._trace import ListSink, Recorder
+    from trioplay._trace._spans import Span, Spans
+
+    kept = ListSink()
+    recorder = Recorder(kept)
+    async with trioplay.open_runtime(
+        store=MemoryStore(), tools=registry(finder=CountingTool()), recorder=recorder
+    ) as rt:
+        await rt.run(leads, {"accounts": 1}, run_id="r")
+    recorder.close()
+    spans: list[Span] = []
+    reader = Spans(spans.append)
+    for event in kept.events:
+        reader.feed(event)
+    child = child_id("r", "accounts", "a0", "score", {"account": "a0"})
+    by_kind = {(span.kind, span.key): span for span in spans}
+    caller, call, inner = (
+        by_kind[("run", ("run", "r"))],
+        by_kind[("child", ("child", child))],
+        by_kind[("run", ("run", child))],
+    )
+    assert (call.group, call.args["depth"], call.args["row"]) == ("run", 1, "a0")
+    assert caller.start <= call.start <= inner.start <= inner.end <= call.end <= caller.end
+    phases = [s.name for s in spans if s.kind == "phase" and s.key == ("row", ("accounts", "a0"))]
+    assert "child" in phases
