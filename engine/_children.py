@@ -2,9 +2,9 @@
 
 ``ctx.play(child, input)`` and ``rc.play(child, input)`` call another play
 durably: the call is a receipt of operation ``play`` whose result is the
-child's output (``RunServices.call_child``, in ``_run``). The child runs in its caller's task
-and cancel scope, so cancelling the caller cancels it; it shares the
-runtime's governor, row limiter and byte budget.
+child's output (``RunServices.call_child``, in ``_run``). The child runs
+in its caller's task and cancel scope, so cancelling the caller cancels it;
+it shares the runtime's governor.
 
 Before anything of a child is written, :meth:`Lineage.child` refuses a
 child nested past ``Limits.max_play_depth`` or one whose play is already an
@@ -12,14 +12,18 @@ ancestor (the root's play included), and :class:`ChildScope` counts the
 caller's children against ``max_children_per_row`` and the run's against
 ``max_children_per_run``. A resolver's children run at most
 ``max_inline_children`` at once (a limiter made on first use, gone with the
-resolver's row), and while they run the row gives its row slot back
-(:class:`RowSlot`): a row waiting on its child holds no slot another map's
-row needs, so maps nested in children cannot starve each other.
+resolver's row).
+
+Rows are admitted by depth (``Runtime.admission``): the rows of the runs at
+depth ``d`` share a row limiter and a byte budget of their own. A row
+waiting on its child holds its slot and bytes, which no row of the child
+needs, so a level only ever waits on the levels below it and the deepest
+always moves: maps nested in children cannot starve each other, and each
+level stays within ``max_concurrent_rows`` and ``active_rows_budget_bytes``.
 """
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -32,8 +36,6 @@ from ._errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     from ._limits import Limits
 
 
@@ -81,49 +83,6 @@ class ChildRunner(Protocol):
         ...
 
 
-class RowSlot:
-    """A map row's slot of the row limiter, lent out while the row waits on its children.
-
-    The first child of the row to start gives the slot back; the last to
-    end takes it again (waiting for one, as any row does). :meth:`release`,
-    at the row's end, gives it back only if the row holds it.
-    """
-
-    __slots__ = ("_away", "_held", "_limiter", "_lock", "_token")
-
-    def __init__(self, limiter: trio.CapacityLimiter, token: object) -> None:
-        self._limiter = limiter
-        self._token = token
-        self._held = True
-        self._away = 0
-        self._lock: trio.Lock | None = None
-
-    @asynccontextmanager
-    async def lent(self) -> AsyncIterator[None]:
-        """Give the slot back for the block (if no other child has), take it again after."""
-        self._away += 1
-        if self._held:
-            self._held = False
-            self._limiter.release_on_behalf_of(self._token)
-        try:
-            yield
-        finally:
-            self._away -= 1
-            if not self._away:
-                if self._lock is None:
-                    self._lock = trio.Lock()
-                async with self._lock:
-                    if not self._held and not self._away:
-                        await self._limiter.acquire_on_behalf_of(self._token)
-                        self._held = True
-
-    def release(self) -> None:
-        """The row ended: give its slot back, unless it is lent out (or was never taken again)."""
-        if self._held:
-            self._held = False
-            self._limiter.release_on_behalf_of(self._token)
-
-
 @attrs.define(eq=False)
 class ChildScope:
     """The caller of child plays: the play itself, or one row's resolvers.
@@ -135,7 +94,6 @@ class ChildScope:
 
     dataset: str | None = None
     row_key: str | None = None
-    slot: RowSlot | None = None
     started: int = 0
     fan: trio.CapacityLimiter | None = None
 

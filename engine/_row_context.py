@@ -11,7 +11,6 @@ from ._keys import row_step_receipt_key
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._children import RowSlot
     from ._run import RunServices
 
 
@@ -24,15 +23,12 @@ class RowContext(DurableEffects):
     from the row's task itself, see :mod:`trioplay._phase`.)
     """
 
-    __slots__ = ("_children", "_slot", "dataset", "key")
+    __slots__ = ("_children", "dataset", "key")
 
-    def __init__(
-        self, services: RunServices, dataset: str, key: str, slot: RowSlot | None = None
-    ) -> None:
+    def __init__(self, services: RunServices, dataset: str, key: str) -> None:
         self._services = services
         self.dataset = dataset
         self.key = key
-        self._slot = slot
         self._children: ChildScope | None = None
 
     @property
@@ -54,7 +50,7 @@ class RowContext(DurableEffects):
         child's output, so a rerun replays it without running the child. The
         child's run id derives from this run, this row and the input. This
         row's children run at most ``Limits.max_inline_children`` at once;
-        while they run the row gives its row slot back. ``child`` is a play
+        their rows are admitted at their own depth, not against this row's. ``child`` is a play
         or the name of one the runtime knows (``open_runtime(plays=...)``).
 
         Raises :class:`ChildPlayFailed` (the child failed; rerunning resumes
@@ -65,7 +61,7 @@ class RowContext(DurableEffects):
         """
         scope = self._children
         if scope is None:
-            scope = self._children = ChildScope(self.dataset, self.key, self._slot)
+            scope = self._children = ChildScope(self.dataset, self.key)
         return await self._services.call_child(scope, child, input)
 
     def log(self, message: str) -> None:

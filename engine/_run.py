@@ -171,10 +171,7 @@ class RunServices:
 
         # A child runs as long as it runs: no tool deadline (its own calls have theirs).
         effect = functools.partial(self.receipts.run_effect, "play", name, key, execute)
-        if scope.slot is None:
-            async with scope.fan_out(self.limits):
-                return await effect(timeout=math.inf)
-        async with scope.slot.lent(), scope.fan_out(self.limits):
+        async with scope.fan_out(self.limits):
             return await effect(timeout=math.inf)
 
     async def fetch(

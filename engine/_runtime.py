@@ -133,8 +133,29 @@ class Runtime:
         self.governor = Governor(limits.max_concurrent_external_calls, limits.max_provider_share)
         self.row_limiter = trio.CapacityLimiter(limits.max_concurrent_rows)
         self.row_budget = ByteBudget(limits.active_rows_budget_bytes)
+        # Child plays' rows, by depth (1, 2, ...): see admission().
+        self._deeper: dict[int, tuple[trio.CapacityLimiter, ByteBudget]] = {}
         self.owner = current_owner()
         self.last_stats: DispatchStats | None = None
+
+    def admission(self, depth: int) -> tuple[trio.CapacityLimiter, ByteBudget]:
+        """The row limiter and byte budget of the runs at ``depth`` (0: :attr:`row_limiter`).
+
+        Each depth has its own, made when first used: a row waiting on its child
+        play holds its slot and bytes, and the child's rows take theirs from the
+        next depth's, so a level never waits on one above it (no deadlock), and
+        each stays within ``max_concurrent_rows`` and ``active_rows_budget_bytes``.
+        """
+        if depth == 0:
+            return self.row_limiter, self.row_budget
+        pool = self._deeper.get(depth)
+        if pool is None:
+            limits = self.limits
+            pool = self._deeper[depth] = (
+                trio.CapacityLimiter(limits.max_concurrent_rows),
+                ByteBudget(limits.active_rows_budget_bytes),
+            )
+        return pool
 
     async def fetcher(self) -> Fetcher:
         """The runtime's HTTP client, opened on first use and closed with the runtime."""
@@ -259,6 +280,7 @@ class Runtime:
             async with open_dispatcher(setup) as dispatcher:
                 stats = dispatcher.stats
                 loop_watch = LoopWatch(self.limits.loop_lag_threshold, self.facts, run_id)
+                row_limiter, row_budget = self.admission(lineage.depth if lineage else 0)
                 services = RunServices(
                     run_id=run_id,
                     attempt=record.attempt,
@@ -267,8 +289,8 @@ class Runtime:
                     limits=self.limits,
                     owner=self.owner,
                     wall_clock=self.wall_clock,
-                    row_limiter=self.row_limiter,
-                    row_budget=self.row_budget,
+                    row_limiter=row_limiter,
+                    row_budget=row_budget,
                     receipts=dispatcher,
                     fetcher=self.fetcher,
                     facts=self.facts,

@@ -577,3 +577,30 @@ async def test_the_trace_nests_a_child_under_its_caller(
     assert caller.start <= call.start <= inner.start <= inner.end <= call.end <= caller.end
     phases = [s.name for s in spans if s.kind == "phase" and s.key == ("row", ("accounts", "a0"))]
     assert "child" in phases
+
+
+async def test_rows_waiting_on_children_never_starve_them_of_bytes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Three rows' estimated bytes fill the budget: the callers' rows hold them while
+    # their children's rows need some too.
+    @trioplay.play("kid")
+    async def kid(ctx: trioplay.PlayContext, input: Any) -> Any:
+        async def cell(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return row["k"]
+
+        rows = [{"k": str(i)} for i in range(3)]
+        return (await ctx.dataset("kid", rows).with_column("v", cell).run(key="k")).completed_count
+
+    @trioplay.play("top")
+    async def top(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def cell(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.play(kid, row["k"])
+
+        rows = [{"k": str(i)} for i in range(10)]
+        return (await ctx.dataset("top", rows).with_column("v", cell).run(key="k")).completed_count
+
+    limits = trioplay.Limits(active_rows_budget_bytes=200 * 1024, max_concurrent_rows=4)
+    with trio.fail_after(100):
+        async with trioplay.open_runtime(store=MemoryStore(), limits=limits) as rt:
+            assert await rt.run(top, None) == 10

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from .._children import RowSlot
 from .._errors import (
     MapMemoryLimitError,
     PersistenceLatchTripped,
@@ -310,9 +309,8 @@ class _MapRun:
         reserved: int,
     ) -> None:
         report, admission = self.report, self.admission
-        slot = RowSlot(self.services.row_limiter, token)  # lent out while a child play runs
         try:
-            row, failure = await self._resolve(page, position, key, data, slot)
+            row, failure = await self._resolve(page, position, key, data)
             if report.trace is not None:
                 report.row_terminal(key, row.status)
             terminal_token = page.observer.terminal_queued(key)
@@ -335,14 +333,14 @@ class _MapRun:
             page.row_settled()
             raise
         finally:
-            slot.release()
+            admission.release_slot(token)
             admission.release_bytes(reserved)
         if failure is not None and self.on_row_error == "fail":
             failure.add_note(f"trioplay: dataset {self.name!r}, row {key!r} failed")
             raise failure
 
     async def _resolve(
-        self, page: Page, position: int, key: str, data: dict[str, Any], slot: RowSlot
+        self, page: Page, position: int, key: str, data: dict[str, Any]
     ) -> tuple[SheetRow, Exception | None]:
         attempt = self.services.attempt
         if page.plan.rejected:  # rows whose key field is missing or empty
@@ -353,7 +351,7 @@ class _MapRun:
         observer_token = observer.resolver_started(key)
         if self.report.trace is not None:
             self.report.row_resolver_started(key)
-        rc = RowContext(self.services, self.name, key, slot)
+        rc = RowContext(self.services, self.name, key)
         # The row's phase, for the governor and fetch that run its calls in this task.
         row_phase = enter_row(observer.row_phase(observer_token))
         column = ""
