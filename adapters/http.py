@@ -74,6 +74,8 @@ from trioplay import (
 
 from ._common import in_requests, registry_entry
 
+MAX_PORT = 65535
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -123,6 +125,10 @@ def _check_url(tool_id: str, name: str, url: str, carries_secret: bool) -> httpx
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise PlayDefinitionError(
             f"HttpTool {tool_id!r}: {name} must be an absolute http(s) URL, got {url!r}"
+        )
+    if parsed.port is not None and parsed.port > MAX_PORT:  # else it would wrap modulo 65536
+        raise PlayDefinitionError(
+            f"HttpTool {tool_id!r}: invalid {name}: port {parsed.port} is out of range 0-{MAX_PORT}"
         )
     if carries_secret and parsed.scheme != "https":
         raise PlayDefinitionError(

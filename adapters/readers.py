@@ -57,6 +57,16 @@ class RowSource(abc.ABC):
         self._path = os.fspath(path)
         # A bare string would otherwise be read as a list of one-letter names.
         self._required = (required,) if isinstance(required, str) else tuple(required)
+        self._fields: tuple[str, ...] | None = None
+
+    @property
+    def fields(self) -> tuple[str, ...] | None:
+        """The field names every row has, once read (a CSV header), else ``None``.
+
+        Known after :meth:`validate` for a file that names its fields (CSV),
+        so that a map of an empty file still knows its columns.
+        """
+        return self._fields
 
     @property
     def path(self) -> str:
@@ -212,6 +222,7 @@ class CsvSource(RowSource):
             raise PlayInputError(f"malformed CSV ({exc})", path=self._path, line=1) from None
         header_line = reader.line_num
         self._check_header(header, header_line)
+        self._fields = tuple(header)
         required = [header.index(name) for name in self._required]
         return header, self._checked(reader, header, required)
 

@@ -6,10 +6,13 @@ is what ``make bench`` does; ``all`` runs every benchmark but ``compare``
 :mod:`benchmarks.compare`) and ``instructions`` (machine instructions per
 row, counted under valgrind, see :mod:`benchmarks.instructions`).
 ``sigint`` is no benchmark but a trial of the promise that Ctrl-C and
-SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`);
-``all`` leaves it out too, and ``plot``, which draws no measurement of its
-own but ``docs/img/latency-scaling.svg`` from the newest saved ``latency`` and
-``scaling-latency`` results (see :mod:`benchmarks.plot`).
+SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`),
+and ``faults`` one of the promise that a process paused past its lease
+never hangs, corrupts the sheet or misstates the run (see
+:mod:`benchmarks.faults`); ``all`` leaves them out too, and ``plot``,
+which draws no measurement of its own but ``docs/img/latency-scaling.svg``
+from the newest saved ``latency`` and ``scaling-latency`` results (see
+:mod:`benchmarks.plot`).
 ``--quick`` shrinks every benchmark to a few seconds (one round, a few
 thousand rows) and saves nothing: it checks that the harness and the engine
 still work, its numbers mean little.
@@ -24,6 +27,7 @@ from typing import Any
 
 from . import (
     compare,
+    faults,
     fetch,
     instructions,
     latency,
@@ -154,6 +158,13 @@ def _sigint(args: argparse.Namespace) -> Any:
     return report
 
 
+def _faults(args: argparse.Namespace) -> Any:
+    trials = args.trials or (2 if args.quick else faults.DEFAULT_TRIALS)
+    rows = args.rows or (1_000 if args.quick else faults.DEFAULT_ROWS)
+    stores = tuple(args.stores.split(","))
+    return faults.run(trials, rows=rows, seed=args.seed, stores=stores, save=args.save)
+
+
 def _wait_race(args: argparse.Namespace) -> Any:
     slots = args.rows or (200 if args.quick else wait_race.DEFAULT_SLOTS)
     report = wait_race.run(slots)
@@ -200,6 +211,7 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "compare": (_compare, "throughput of --against REV and of the working tree, interleaved"),
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
     "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),
+    "faults": (_faults, "one of two processes paused past its lease: no hang, no lost row?"),
     "wait_kills": (
         _wait_kills,
         "event delivery killed (SIGKILL) at random points, sqlite and postgres: is it sound?",
@@ -213,7 +225,7 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
         "two processes race wait registration against sending (postgres): none lost or doubled",
     ),
 }
-NOT_IN_ALL = ("compare", "instructions", "sigint", "plot", "wait_kills", "wait_race")
+NOT_IN_ALL = ("compare", "instructions", "sigint", "faults", "plot", "wait_kills", "wait_race")
 DEFAULT = ("throughput", "memory")
 
 
@@ -242,8 +254,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--in-flight", type=int, default=None, help="latency: rows in flight (default 256)"
     )
-    parser.add_argument("--trials", type=int, default=None, help="sigint: runs to interrupt")
-    parser.add_argument("--seed", type=int, default=0, help="sigint: seed of the delays")
+    parser.add_argument(
+        "--trials", type=int, default=None, help="sigint, faults: runs to interrupt (per store)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="sigint, faults: seed of the delays")
+    parser.add_argument(
+        "--stores",
+        default="sqlite,postgres",
+        help="faults: the stores to try, of sqlite,postgres (default both)",
+    )
     parser.add_argument(
         "--signal", default="INT", help="sigint: the signal to send, INT or TERM (default INT)"
     )
@@ -271,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         if index:
             print()
         result = BENCHMARKS[name][0](args)
-        if isinstance(result, sigint_trials.Report) and not result.clean:
+        if isinstance(result, sigint_trials.Report | faults.Report) and not result.clean:
             code = 1  # a trial broke a promise
     return code
 

@@ -63,6 +63,7 @@ from ._records import PageClaim as PageClaim
 from ._records import PageLease as PageLease
 from ._records import Receipt as Receipt
 from ._records import RowStatus as RowStatus
+from ._records import RunLeases as RunLeases
 from ._records import RunRecord as RunRecord
 from ._records import RunStatus as RunStatus
 from ._records import SendRequest as SendRequest
@@ -70,9 +71,12 @@ from ._records import SendResult as SendResult
 from ._records import Settled as Settled
 from ._records import SheetEntry as SheetEntry
 from ._records import SheetRow as SheetRow
+from ._records import SheetWrite as SheetWrite
 from ._records import WaitRecord as WaitRecord
 from ._records import WaitRequest as WaitRequest
 from ._records import WaitStatus as WaitStatus
+from ._retry import RecordedFailure as RecordedFailure
+from ._retry import retry_failures as retry_failures
 from ._row_context import RowContext as RowContext
 from ._runtime import DEFAULT_STORE_URL as DEFAULT_STORE_URL
 from ._runtime import Play as Play
@@ -80,6 +84,7 @@ from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 from ._runtime import play as play
 from ._runtime import run as run
+from ._store import FailureStore as FailureStore
 from ._store import PageStore as PageStore
 from ._store import ReceiptStore as ReceiptStore
 from ._store import RunStore as RunStore

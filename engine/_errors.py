@@ -110,13 +110,23 @@ def _preview(text: str, limit: int = 80) -> str:
 
 
 class ToolExecutionError(TrioplayError):
-    """A tool call failed permanently; the failure is recorded in its receipt."""
+    """A tool call failed permanently; the failure is recorded in its receipt.
+
+    ``raised`` names the exception the tool's own code raised (``"TypeError"``)
+    when the runtime wrapped it, or what made its return value unstorable: a
+    failure that is probably a bug in the tool, which ``trioplay retry`` can
+    forget once the code is fixed. It is ``None`` for a failure the tool
+    reported itself.
+    """
 
     code = "TOOL_EXECUTION"
 
-    def __init__(self, message: str, *, tool_id: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, tool_id: str | None = None, raised: str | None = None
+    ) -> None:
         super().__init__(message)
         self.tool_id = tool_id
+        self.raised = raised
 
 
 class UnknownToolError(PlayDefinitionError):
@@ -589,6 +599,9 @@ def error_to_record(error: BaseException) -> dict[str, Any]:
     tool_id = getattr(error, "tool_id", None)
     if tool_id is not None:
         record["tool_id"] = tool_id
+    raised = getattr(error, "raised", None)
+    if raised is not None:
+        record["raised"] = raised
     return record
 
 
@@ -597,5 +610,10 @@ def error_from_record(record: dict[str, Any]) -> TrioplayError:
     cls = _RECORDABLE.get(str(record.get("type")), ToolExecutionError)
     message = str(record.get("message", ""))
     if issubclass(cls, ToolExecutionError):
-        return cls(message, tool_id=record.get("tool_id"))
+        raised = record.get("raised")
+        return cls(
+            message,
+            tool_id=record.get("tool_id"),
+            raised=raised if isinstance(raised, str) else None,
+        )
     return cls(message)

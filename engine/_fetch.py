@@ -27,8 +27,11 @@ too, and never outlasts the total deadline.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import math
+import sys
 from collections.abc import Mapping
 from contextlib import contextmanager
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import attrs
 import httpx
 import trio
+from httpx._decoders import SUPPORTED_DECODERS
 
 from ._egress import (
     DEFAULT_PORTS,
@@ -62,6 +66,11 @@ if TYPE_CHECKING:
     from ._trace import Recorder
 
 MAX_REDIRECTS = 10
+MAX_PORT = 65535
+# httpx's own table of the Content-Encodings it can decode (gzip, deflate, and br
+# or zstd when their packages are installed): a body in any other encoding
+# would come out as its encoded bytes.
+DECODABLE = frozenset(SUPPORTED_DECODERS)
 REDACTED = "[REDACTED]"
 """What :meth:`Fetcher.redact` puts where a secret value was."""
 SECRET_PLACEHOLDER = "[SECRET]"
@@ -116,12 +125,27 @@ def redact(text: str, secrets: Iterable[Secret]) -> str:
     return text
 
 
+def redact_bytes(body: bytes, secrets: Iterable[Secret]) -> bytes:
+    """:func:`redact` for a body as bytes: each secret's UTF-8 bytes become ``[REDACTED]``."""
+    for value in sorted({secret.value for secret in secrets}, key=len, reverse=True):
+        body = body.replace(value.encode("utf-8"), REDACTED.encode("ascii"))
+    return body
+
+
+def _utf8_of_text(response: FetchResponse) -> bytes:
+    return response.text.encode("utf-8")
+
+
 @attrs.frozen
 class FetchResponse:
     """A fetched response, whole: what ``ctx.fetch`` returns and its receipt stores.
 
-    ``headers`` keeps every header in order, names lower-cased. Known secret
-    values are already redacted from ``text``, ``headers`` and ``url``, so a
+    ``headers`` keeps every header in order, names lower-cased. ``text`` is
+    the body decoded (by its charset, UTF-8 when it names none; bytes that do
+    not decode become U+FFFD); ``content`` is the body as bytes, as the
+    server sent it once its Content-Encoding is undone: use it for images,
+    archives and other binary bodies. Known secret values are already
+    redacted from ``text``, ``content``, ``headers`` and ``url``, so a
     replayed response equals the one first returned.
     """
 
@@ -129,6 +153,7 @@ class FetchResponse:
     headers: tuple[tuple[str, str], ...]
     text: str
     url: str
+    content: bytes = attrs.field(default=attrs.Factory(_utf8_of_text, takes_self=True), repr=False)
 
     @property
     def ok(self) -> bool:
@@ -146,23 +171,45 @@ class FetchResponse:
         return next((value for key, value in self.headers if key == wanted), None)
 
     def to_record(self) -> dict[str, Any]:
-        """The JSON-able form stored in a ``fetch`` receipt."""
-        return {
+        """The JSON-able form stored in a ``fetch`` receipt.
+
+        ``content`` is stored only when it is not ``text`` in UTF-8 (a binary
+        body, or text in another charset), as ``content_base64``: JSON holds
+        no bytes. A record without it (a text body, or a receipt written
+        before ``content`` existed) gives back ``text`` encoded as UTF-8.
+        """
+        record: dict[str, Any] = {
             "status": self.status,
             "headers": [list(pair) for pair in self.headers],
             "text": self.text,
             "url": self.url,
         }
+        if self.content != self.text.encode("utf-8"):
+            record["content_base64"] = base64.b64encode(self.content).decode("ascii")
+        return record
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> FetchResponse:
         """Rebuild a response from :meth:`to_record`'s output."""
+        text = str(record["text"])
+        encoded = record.get("content_base64")
+        content = text.encode("utf-8") if encoded is None else _unbase64(encoded)
         return cls(
             status=int(record["status"]),
             headers=tuple((str(key), str(value)) for key, value in record["headers"]),
-            text=str(record["text"]),
+            text=text,
             url=str(record["url"]),
+            content=content,
         )
+
+
+def _unbase64(encoded: Any) -> bytes:
+    if not isinstance(encoded, str):
+        raise TypeError(f"content_base64 must be a string, got {type(encoded).__name__}")
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"content_base64 is not base64: {exc}") from None
 
 
 HeaderValue = str | Secret
@@ -365,7 +412,17 @@ class Fetcher:
         self._policy = EgressPolicy.from_cidrs(allow_networks)
         self._resolve = resolve or resolve_host
         self._secrets: set[Secret] = set()
-        self._client = httpx.AsyncClient(
+        self._transport = transport
+        self._opened: httpx.AsyncClient | None = None
+
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        if self._opened is None:
+            raise RuntimeError("Fetcher is used as `async with Fetcher(...) as fetcher:`")
+        return self._opened
+
+    def _new_client(self, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
             transport=transport or PinnedTransport(),
             timeout=None,  # the cancel scopes are the deadlines
             follow_redirects=False,
@@ -377,7 +434,22 @@ class Fetcher:
         )
 
     async def __aenter__(self) -> Self:
-        await self._client.__aenter__()
+        """Build the HTTP client and its TLS context in a worker thread, then open it.
+
+        Loading the TLS context's CA certificates takes 50-300 ms of CPU, which
+        on the event loop would stop every task (and overrun their deadlines).
+        Cancellable: a caller cancelled meanwhile leaves the thread to finish
+        alone. Built on the loop instead: with a transport passed in (tests,
+        scenarios), which has no TLS context to load, and under a mock clock,
+        where the loop's CPU time costs no virtual time while a wait for a
+        thread would let an autojumping clock skip to the next deadline.
+        """
+        if self._transport is None and not _mock_clock():
+            client = await trio.to_thread.run_sync(self._new_client, None, abandon_on_cancel=True)
+        else:
+            client = self._new_client(self._transport)
+        await client.__aenter__()
+        self._opened = client
         return self
 
     async def __aexit__(
@@ -386,8 +458,11 @@ class Fetcher:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        client, self._opened = self._opened, None
+        if client is None:
+            return
         with trio.move_on_after(self._limits.cleanup_timeout, shield=True):
-            await self._client.__aexit__(exc_type, exc_value, traceback)
+            await client.__aexit__(exc_type, exc_value, traceback)
 
     def prepare(self, url: str, options: FetchOptions = _NO_OPTIONS) -> _Outgoing:
         """The request :meth:`fetch` would send (checked, before any I/O), for :meth:`send`.
@@ -513,6 +588,13 @@ class Fetcher:
 
     async def _read_body(self, response: httpx.Response, deadlines: _Deadlines) -> bytes:
         """The whole body; transport errors propagate (the caller may retry them)."""
+        unknown = _undecodable(response)
+        if unknown:
+            raise FetchError(
+                f"{_describe(response.url)} answered with Content-Encoding {unknown!r}, which "
+                f"this client cannot decode (it decodes {', '.join(sorted(DECODABLE))}); "
+                "ask for another with an accept-encoding header"
+            )
         cap = self._limits.fetch_max_body_bytes
         too_large = f"response body exceeds fetch_max_body_bytes={cap}"
         declared = response.headers.get("content-length", "")
@@ -548,6 +630,7 @@ class Fetcher:
             ),
             text=self.redact(body.decode(response.encoding or "utf-8", errors="replace")),
             url=self.redact(str(response.url)),
+            content=redact_bytes(body, self._secrets),
         )
 
     async def _close(self, response: httpx.Response, deadlines: _Deadlines) -> None:
@@ -588,6 +671,9 @@ def _redirect(outgoing: _Outgoing, response: httpx.Response) -> _Outgoing | None
 
 def _checked(url: httpx.URL) -> httpx.URL:
     """``url`` when fetch may use it; the same rules for the first hop and redirects."""
+    if url.port is not None and not 0 <= url.port <= MAX_PORT:
+        # httpx keeps it, and the socket layer would wrap it modulo 65536.
+        raise httpx.InvalidURL(f"port {url.port} is out of range 0-{MAX_PORT}")
     if url.scheme not in DEFAULT_PORTS:
         raise UnsafeOutboundUrl(f"fetch only reaches http and https URLs, not {url.scheme!r}")
     if url.userinfo:
@@ -596,6 +682,22 @@ def _checked(url: httpx.URL) -> httpx.URL:
             "pass auth=trioplay.Secret(...) instead"
         )
     return url
+
+
+def _mock_clock() -> bool:
+    """Whether this run's clock is Trio's ``MockClock`` (never true if nothing imported it:
+    ``trio.testing`` costs an import the command line does without)."""
+    testing = sys.modules.get("trio.testing")
+    return testing is not None and isinstance(trio.lowlevel.current_clock(), testing.MockClock)
+
+
+def _undecodable(response: httpx.Response) -> str | None:
+    """The first Content-Encoding of ``response`` that httpx cannot decode, if any."""
+    for value in response.headers.get_list("content-encoding", split_commas=True):
+        encoding = value.strip().lower()
+        if encoding and encoding not in DECODABLE:
+            return encoding
+    return None
 
 
 def _origin(url: httpx.URL) -> tuple[str, str, int]:

@@ -39,11 +39,23 @@ Phase = Literal["resolver", "governor", "fetch", "child"]
 class RowPhase:
     """What one row is doing: its phase since when, and the call it is in."""
 
-    __slots__ = ("_now", "key", "phase", "phase_started_at", "provider", "started_at", "tool")
+    __slots__ = (
+        "_now",
+        "dataset",
+        "key",
+        "phase",
+        "phase_started_at",
+        "provider",
+        "started_at",
+        "tool",
+    )
 
-    def __init__(self, key: str | None, now: Callable[[], float]) -> None:
+    def __init__(
+        self, key: str | None, now: Callable[[], float], dataset: str | None = None
+    ) -> None:
         self._now = now  # the Trio clock's current_time
         self.key = key
+        self.dataset = dataset  # recorded with the row's failed calls (trioplay retry)
         self.phase: Phase = "resolver"
         self.phase_started_at = self.started_at = now()
         self.tool: str | None = None

@@ -20,6 +20,14 @@ Operation = Literal["tool", "fetch", "step", "play"]
 RowStatus = Literal["completed", "failed"]
 RunStatus = Literal["running", "completed", "failed", "cancelled", "waiting"]
 WaitStatus = Literal["waiting", "delivered", "rejected", "timed_out", "cancelled"]
+SheetWrite = Literal["written", "kept", "fenced"]
+"""What ``write_terminal_rows`` did with one row.
+
+``written``: the row is in the sheet. ``kept``: the row was failed and the
+sheet already held the key completed, which stays. ``fenced``: the row's
+page lease is no longer the writer's (another process took the page over),
+so nothing was written.
+"""
 
 
 @attrs.frozen
@@ -172,6 +180,19 @@ class PageLease:
     dataset: str
     offset: int
     lease_id: str
+
+
+@attrs.frozen
+class RunLeases:
+    """The leases a run holds, for telling a live run from a dead one.
+
+    ``expires_at``: the latest expiry among its running receipts and pages
+    (``None`` if it holds none); ``renewed_at``: the last time one of them
+    was claimed or renewed (its last heartbeat), ``None`` likewise.
+    """
+
+    expires_at: float | None = None
+    renewed_at: float | None = None
 
 
 @attrs.frozen

@@ -335,10 +335,13 @@ class Runtime:
                 self.last_stats = stats
             if dispatcher is not None:
                 await dispatcher.settle_late()
+            # Fenced by the attempt: if another process began a later attempt
+            # of this run meanwhile, the run's status is that attempt's to write.
             finish = functools.partial(
                 self.store.finish_attempt,
                 run_id,
                 status,
+                attempt=record.attempt,
                 now=self.wall_clock(),
                 output_json=output_json,
                 error=error,
@@ -349,12 +352,20 @@ class Runtime:
             with cleanup.shielded():
                 try:
                     try:
-                        await finish()
+                        recorded = await finish()
                     except KeyboardInterrupt:
                         # Ctrl-C arrived as the end was being recorded, maybe
                         # before it was: record it all the same, then let it through.
                         await finish()
                         raise
+                    if not recorded:
+                        log.info(
+                            "run %s: attempt %d ended %s; a later attempt holds the run, "
+                            "so its status is that attempt's to record",
+                            run_id,
+                            record.attempt,
+                            status,
+                        )
                 except Exception as exc:
                     log.warning("run %s: could not record its end: %s", run_id, exc)
             if self.facts is not None:

@@ -48,16 +48,21 @@ class OpenedSource:
     rows: Iterator[Any]
     reread: Callable[[int, int], list[Any]] | None
     total: int | None
+    fields: tuple[str, ...] = ()  # the input's field names, when the source names them
 
 
 async def open_source(dataset: str, source: Any) -> OpenedSource:
     """Check ``source`` (a full scan in a thread for a :class:`RowSource`) and open it."""
     total: int | None = None
+    fields: tuple[str, ...] = ()
     if isinstance(source, RowSource):
         # A full structural scan before any tool call: bad lines fail now.
         counted = await trio.to_thread.run_sync(source.validate, abandon_on_cancel=True)
         if isinstance(counted, int):
             total = counted
+        named = getattr(source, "fields", None)  # a CSV header (adapters.readers)
+        if isinstance(named, tuple) and all(isinstance(name, str) for name in named):
+            fields = named
     elif hasattr(source, "__len__"):
         total = len(source)
     if not isinstance(source, Iterable) or isinstance(source, str | bytes | Mapping):
@@ -67,9 +72,9 @@ async def open_source(dataset: str, source: Any) -> OpenedSource:
         )
     rows = iter(source)
     if rows is source:
-        return OpenedSource(rows, None, total)  # a generator: read once
+        return OpenedSource(rows, None, total, fields)  # a generator: read once
 
     def reread(offset: int, length: int) -> list[Any]:
         return list(itertools.islice(iter(source), offset, offset + length))
 
-    return OpenedSource(rows, reread, total)
+    return OpenedSource(rows, reread, total, fields)

@@ -23,6 +23,11 @@ Rules every implementation follows:
 - writes to receipts are fenced by ``lease_id``: ``complete_many``,
   ``fail_many``, ``heartbeat_many`` and ``release_many`` do nothing for a key
   whose current lease is not the given one, and say so in their result;
+- so are the other writes made on behalf of a lease: sheet rows by their
+  page's lease (``write_terminal_rows`` with ``leases``), pages by theirs,
+  and a run's end by its attempt (``finish_attempt`` writes only while the
+  run's current attempt is the given one); and a failed row never replaces
+  a completed one;
 - time is the caller's ``now`` (wall-clock seconds), never the store's own
   clock, so tests can control lease expiry;
 - failures raise :class:`trioplay.StoreError` (or a subclass) with a message
@@ -47,12 +52,14 @@ from ._records import (
     PageLease,
     Receipt,
     RowStatus,
+    RunLeases,
     RunRecord,
     RunStatus,
     SendRequest,
     SendResult,
     SheetEntry,
     SheetRow,
+    SheetWrite,
     WaitRecord,
     WaitRequest,
 )
@@ -116,9 +123,23 @@ class SheetStore(Protocol):
     """
 
     async def write_terminal_rows(
-        self, run_id: str, dataset: str, rows: Sequence[SheetRow]
-    ) -> None:
-        """Upsert rows by ``(run_id, dataset, key)`` in one transaction."""
+        self,
+        run_id: str,
+        dataset: str,
+        rows: Sequence[SheetRow],
+        *,
+        leases: Sequence[PageLease | None] = (),
+    ) -> list[SheetWrite]:
+        """Upsert rows by ``(run_id, dataset, key)`` in one transaction; say what each did.
+
+        Fenced: ``leases[i]`` (when given and not ``None``) is the page lease
+        ``rows[i]`` is written under; a row whose page's current lease is
+        another one (the page was taken over) is not written (``fenced``).
+        A page released by that lease and not claimed since still counts as
+        the writer's. A failed row never replaces a completed one (``kept``);
+        a completed row replaces anything. Within one batch a repeated key is
+        decided row by row, in order.
+        """
         ...
 
     async def sheet_status(
@@ -223,11 +244,20 @@ class RunStore(Protocol):
         run_id: str,
         status: RunStatus,
         *,
+        attempt: int,
         now: float,
         output_json: str | None = None,
         error: str | None = None,
         stats_json: str | None = None,
-    ) -> None: ...
+    ) -> bool:
+        """Record the end of ``attempt`` of the run, fenced by the attempt.
+
+        Written only while ``attempt`` is the run's current attempt (the last
+        one begun); returns ``False``, writing nothing, when a later attempt
+        has begun since: a late attempt never overwrites a later one's
+        status. Raises :class:`StoreError` for an unknown run.
+        """
+        ...
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
@@ -244,6 +274,46 @@ class RunStore(Protocol):
         ...
 
     async def list_datasets(self, run_id: str) -> list[str]: ...
+
+    async def run_leases(self, run_ids: Sequence[str]) -> dict[str, RunLeases]:
+        """The leases of each run among ``run_ids`` that holds any (receipts and pages).
+
+        Counts running receipts last claimed by the run and running pages of
+        its datasets; runs holding none are left out. ``runs list`` marks a
+        ``running`` run whose leases have all expired as probably dead.
+        """
+        ...
+
+
+@runtime_checkable
+class FailureStore(Protocol):
+    """Recorded failures a user may take back: ``trioplay retry`` and :func:`retry_failures`.
+
+    A failed receipt is replayed on every rerun (its failure was paid for);
+    these two let the user list a run's failed receipts and forget some, so
+    that the next attempt calls them again. The engine chooses which (by
+    dataset, tool and error type, from each receipt's ``error_json``); the
+    store reads and resets.
+    """
+
+    async def list_failed_receipts(
+        self, run_id: str, *, after_key: str = "", limit: int = 1000
+    ) -> list[Receipt]:
+        """Up to ``limit`` failed receipts last claimed by ``run_id``, keys above ``after_key``,
+        by key."""
+        ...
+
+    async def forget_failed_receipts(
+        self, run_id: str, keys: Sequence[str], *, now: float
+    ) -> list[str]:
+        """Set each of ``keys`` that is still a failed receipt of ``run_id`` back to
+        ``pending`` (no error, no lease), in one transaction; return those keys.
+
+        The next claim of such a key runs its call again (``attempts`` goes on
+        counting). A key that is not failed (completed, running, claimed again
+        since, unknown) or belongs to another run is left as it is.
+        """
+        ...
 
 
 @runtime_checkable
@@ -340,6 +410,7 @@ class Store(RunStore, ReceiptStore, SheetStore, PageStore, WaitStore, Protocol):
 
 
 __all__ = [
+    "FailureStore",
     "PageStore",
     "ReceiptStore",
     "RowStatus",

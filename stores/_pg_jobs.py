@@ -41,9 +41,13 @@ from ._rules import (
     decide_cancel,
     decide_register,
     decide_send,
+    decide_sheet_writes,
     decide_timeouts,
+    failed_keys,
+    fenced_pages,
     page_key,
     renewed,
+    run_leases_of,
     slot_of,
 )
 
@@ -324,12 +328,33 @@ def _fenced(
 
 
 def write_terminal_rows(
-    sql: Sql, growth: Growth, run_id: str, dataset: str, rows: list[SheetRow], conn: Conn
-) -> None:
-    # A key repeated in one batch keeps its last row (and an upsert may not
-    # touch one row twice).
-    latest = {row.key: row for row in rows}
+    sql: Sql,
+    growth: Growth,
+    run_id: str,
+    dataset: str,
+    rows: list[SheetRow],
+    leases: Sequence[tp.PageLease | None],
+    conn: Conn,
+) -> list[tp.SheetWrite]:
+    """Write the rows :func:`decide_sheet_writes` lets through, in one transaction."""
     with transaction(conn), conn.cursor() as cursor:
+        offsets = fenced_pages(leases)
+        current: dict[int, str | None] = {}
+        if offsets:
+            locked = cursor.execute(sql.lock_page_leases, (run_id, dataset, offsets))
+            current = dict(locked.fetchall())
+        completed: list[str] = []
+        if failed := failed_keys(rows):
+            found = cursor.execute(sql.completed_keys, (run_id, dataset, failed))
+            completed = [key for (key,) in found.fetchall()]
+        answers = decide_sheet_writes(rows, leases, current, completed)
+        # A key repeated in one batch keeps its last row (and an upsert may not
+        # touch one row twice).
+        latest = {
+            row.key: row for row, answer in zip(rows, answers, strict=True) if answer == "written"
+        }
+        if not latest:
+            return answers
         with cursor.copy(sql.copy_rows) as copy:
             copy.set_types(["text", "int8", "text", "bytea", "bytea", "int4"])
             for row in latest.values():
@@ -345,6 +370,7 @@ def write_terminal_rows(
                 )
         cursor.execute(sql.upsert_rows, (run_id, dataset))
     _analyze_if_grown(sql, growth, "sheet_rows", len(latest), conn)
+    return answers
 
 
 def claim_page(
@@ -389,12 +415,16 @@ def begin_attempt(sql: Sql, begin: Begin, conn: Conn) -> tp.RunRecord:
     return run_record(row)
 
 
-def finish_attempt(sql: Sql, params: tuple[Any, ...], conn: Conn) -> bool:
-    """Whether the run was there to finish; ``params`` as :meth:`Sql.finish_attempt` takes them."""
-    status, now, output_json, error, stats_json, run_id = params
-    values = (status, now, _b(output_json), _b(error), _b(stats_json), run_id)
+def finish_attempt(sql: Sql, params: tuple[Any, ...], conn: Conn) -> bool | None:
+    """Whether the attempt's end was written (``False``: a later attempt holds the run;
+    ``None``: no such run); ``params`` as :meth:`Sql.finish_attempt` takes them."""
+    status, now, output_json, error, stats_json, run_id, attempt = params
+    values = (status, now, _b(output_json), _b(error), _b(stats_json), run_id, attempt)
     commit_point()  # autocommit: the statement commits as it runs
-    return conn.execute(sql.finish_attempt, values).rowcount == 1
+    if conn.execute(sql.finish_attempt, values).rowcount == 1:
+        return True
+    # Not written: a later attempt holds the run, or there is no such run.
+    return False if conn.execute(sql.run_exists, (run_id,)).fetchone() is not None else None
 
 
 def get_run(sql: Sql, run_id: str, conn: Conn) -> RunRecord | None:
@@ -440,6 +470,22 @@ def count_receipts(sql: Sql, run_id: str, conn: Conn) -> dict[str, int]:
     return dict(conn.execute(sql.count_receipts, (run_id,)).fetchall())
 
 
+def list_failed_receipts(
+    sql: Sql, run_id: str, after_key: str, limit: int, conn: Conn
+) -> list[Receipt]:
+    rows = conn.execute(sql.failed_receipts, (run_id, after_key, limit), binary=True).fetchall()
+    return [receipt(row) for row in rows]
+
+
+def forget_failed_receipts(
+    sql: Sql, run_id: str, keys: list[str], now: float, conn: Conn
+) -> list[str]:
+    commit_point()  # one UPDATE in autocommit mode: it commits as it runs
+    rows = conn.execute(sql.forget_failed, (now, keys, run_id)).fetchall()
+    forgotten = {row[0] for row in rows}
+    return [key for key in keys if key in forgotten]
+
+
 # -- dataset sheets: the reads (the write is write_terminal_rows) -------------------
 
 
@@ -477,6 +523,11 @@ def count_rows(sql: Sql, run_id: str, dataset: str, conn: Conn) -> dict[str, int
 def list_datasets(sql: Sql, run_id: str, conn: Conn) -> list[str]:
     rows = conn.execute(sql.list_datasets, (run_id,)).fetchall()
     return [dataset for (dataset,) in rows]
+
+
+def run_leases(sql: Sql, run_ids: list[str], conn: Conn) -> dict[str, tp.RunLeases]:
+    rows = conn.execute(sql.run_leases, (run_ids, run_ids)).fetchall()
+    return {run_id: run_leases_of([(expires, renewed)]) for run_id, expires, renewed in rows}
 
 
 # -- page leases: the fenced writes (the claim is claim_page) -----------------------

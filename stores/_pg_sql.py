@@ -164,11 +164,13 @@ class Sql:
         """
         # No row from begin_attempt: the run has another play or input, or was
         # cancelled (read it as it is).
+        # Fenced by the attempt: a late attempt never overwrites a later one's end.
         self.finish_attempt = f"""
             UPDATE {s}.runs SET status = %s, updated_at = %s, output_json = %s, error = %s,
                 stats_json = %s
-            WHERE run_id = %s
+            WHERE run_id = %s AND attempt = %s
         """
+        self.run_exists = f"SELECT 1 FROM {s}.runs WHERE run_id = %s"
         self.get_run = f"SELECT {RUN_COLUMNS} FROM {s}.runs WHERE run_id = %s"
         self.cancel_run = (
             f"UPDATE {s}.runs SET status = 'cancelled', updated_at = %s WHERE run_id = %s"
@@ -270,16 +272,47 @@ class Sql:
         self.count_receipts = (
             f"SELECT status, count(*) FROM {s}.receipts WHERE run_id = %s GROUP BY status"
         )
+        self.failed_receipts = (
+            f"SELECT {RECEIPT_COLUMNS} FROM {s}.receipts"
+            " WHERE run_id = %s AND status = 'failed' AND key > %s ORDER BY key LIMIT %s"
+        )
+        self.forget_failed = (
+            f"UPDATE {s}.receipts SET status = 'pending', lease_id = NULL,"
+            " lease_expires_at = NULL, owner = NULL, error_json = NULL, updated_at = %s"
+            " WHERE key = ANY(%s::text[]) AND run_id = %s AND status = 'failed' RETURNING key"
+        )
 
         self.copy_rows = f"COPY {_INCOMING} ({SHEET_COLUMNS}) FROM STDIN (FORMAT BINARY)"
         self.upsert_rows = f"""
-            INSERT INTO {s}.sheet_rows
+            INSERT INTO {s}.sheet_rows AS t
                 (run_id, dataset, key, position, status, data_json, error, attempt)
             SELECT %s, %s, key, position, status, data_json, error, attempt FROM {_INCOMING}
             ON CONFLICT (run_id, dataset, key) DO UPDATE SET
                 position = excluded.position, status = excluded.status,
                 data_json = excluded.data_json, error = excluded.error,
                 attempt = excluded.attempt
+            WHERE NOT (t.status = 'completed' AND excluded.status = 'failed')
+        """
+        # A fenced sheet write reads its pages' current leases, and holds them
+        # (FOR SHARE) until it commits: a claim of one of those pages waits,
+        # then plans against the rows written.
+        self.lock_page_leases = f"""
+            SELECT page_offset, lease_id FROM {s}.pages
+            WHERE run_id = %s AND dataset = %s AND page_offset = ANY(%s::int8[])
+            ORDER BY page_offset FOR SHARE
+        """
+        self.completed_keys = f"""
+            SELECT key FROM {s}.sheet_rows
+            WHERE run_id = %s AND dataset = %s AND status = 'completed' AND key = ANY(%s::text[])
+        """
+        self.run_leases = f"""
+            SELECT run_id, max(lease_expires_at), max(updated_at) FROM (
+                SELECT run_id, lease_expires_at, updated_at FROM {s}.receipts
+                WHERE status = 'running' AND run_id = ANY(%s::text[])
+                UNION ALL
+                SELECT run_id, lease_expires_at, updated_at FROM {s}.pages
+                WHERE status = 'running' AND run_id = ANY(%s::text[])
+            ) AS leases GROUP BY run_id
         """
         self.sheet_status = f"""
             SELECT key, status, attempt FROM {s}.sheet_rows
@@ -328,7 +361,8 @@ class Sql:
         self.finish_page = page_fenced.format(
             "status = 'done', lease_expires_at = NULL, attempt = %s, failed = %s, updated_at = %s"
         )
+        # The lease id stays until the next claim: rows the releasing process
+        # still flushes are its own until another process claims the page.
         self.release_page = page_fenced.format(
-            "status = 'pending', lease_id = NULL, lease_expires_at = NULL, owner = NULL,"
-            " updated_at = %s"
+            "status = 'pending', lease_expires_at = NULL, owner = NULL, updated_at = %s"
         )

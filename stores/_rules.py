@@ -1,8 +1,9 @@
 """The rules every store applies, as pure functions.
 
-:func:`decide_claims` (receipts), :func:`decide_page` (dataset pages) and
-the wait rules (:func:`decide_register`, :func:`decide_send`,
-:func:`decide_timeouts`, :func:`decide_cancel`, with :func:`address`)
+:func:`decide_claims` (receipts), :func:`decide_page` (dataset pages),
+:func:`decide_sheet_writes` (fenced sheet rows) and the wait rules
+(:func:`decide_register`, :func:`decide_send`, :func:`decide_timeouts`,
+:func:`decide_cancel`, with :func:`address`)
 decide without writing; each store reads the current records, asks these
 functions, and writes their answer in its own transaction, so the stores
 cannot drift apart (the contract suite and a state machine check that they
@@ -27,6 +28,7 @@ from trioplay import (
     InvalidWait,
     PageClaim,
     Receipt,
+    RunLeases,
     RunRecord,
     SendRequest,
     SendResult,
@@ -37,9 +39,9 @@ from trioplay import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Collection, Iterable, Mapping, Sequence
 
-    from trioplay import PageLease, RunStatus
+    from trioplay import PageLease, RunStatus, SheetRow, SheetWrite
 
 
 def decide_claims(
@@ -185,6 +187,46 @@ def decide_page(
     return PageClaim("claimed", lease_id, lease_expires_at, owner), claimed
 
 
+def fenced_pages(leases: Sequence[PageLease | None]) -> list[int]:
+    """The offsets of the pages whose current lease a fenced sheet write must read."""
+    return sorted({lease.offset for lease in leases if lease is not None})
+
+
+def failed_keys(rows: Sequence[SheetRow]) -> list[str]:
+    """The keys whose stored status a sheet write must read: those of its failed rows."""
+    return list(dict.fromkeys(row.key for row in rows if row.status == "failed"))
+
+
+def decide_sheet_writes(
+    rows: Sequence[SheetRow],
+    leases: Sequence[PageLease | None],
+    page_leases: Mapping[int, str | None],
+    completed: Collection[str],
+) -> list[SheetWrite]:
+    """Answer ``write_terminal_rows`` row by row, without writing.
+
+    ``page_leases`` holds the current lease id of each page of
+    :func:`fenced_pages` (``None`` or absent: none); ``completed``, which
+    keys of :func:`failed_keys` the sheet holds completed. A row whose page
+    lease (``leases[i]``, when given) is not the page's current one is
+    ``fenced``; a failed row over a completed one (stored, or written earlier
+    in this batch) is ``kept``; any other row is ``written``, in order.
+    """
+    answers: list[SheetWrite] = []
+    done = set(completed)
+    for index, row in enumerate(rows):
+        lease = leases[index] if leases else None
+        if lease is not None and page_leases.get(lease.offset) != lease.lease_id:
+            answers.append("fenced")
+        elif row.status == "failed" and row.key in done:
+            answers.append("kept")
+        else:
+            answers.append("written")
+            if row.status == "completed":
+                done.add(row.key)
+    return answers
+
+
 def renewed(expires: float, updated: Sequence[bool]) -> list[float | None]:
     """A heartbeat's answer: the new expiry where the lease was still ours, else ``None``."""
     return [expires if ok else None for ok in updated]
@@ -193,6 +235,13 @@ def renewed(expires: float, updated: Sequence[bool]) -> list[float | None]:
 def page_key(lease: PageLease) -> tuple[str, str, int, str]:
     """A page lease as its fence's columns: ``run_id, dataset, page_offset, lease_id``."""
     return (lease.run_id, lease.dataset, lease.offset, lease.lease_id)
+
+
+def run_leases_of(leases: Sequence[tuple[float | None, float | None]]) -> RunLeases:
+    """A run's :class:`RunLeases` from its running leases' ``(expires_at, updated_at)``."""
+    expiries = [expires for expires, _ in leases if expires is not None]
+    renewals = [renewed for _, renewed in leases if renewed is not None]
+    return RunLeases(max(expiries, default=None), max(renewals, default=None))
 
 
 Begin = tuple[str, str, str, float, str | None, str | None]

@@ -44,21 +44,28 @@ from ._rules import (
     decide_claims,
     decide_register,
     decide_send,
+    decide_sheet_writes,
     decide_timeouts,
+    failed_keys,
+    fenced_pages,
     lease_ids,
     page_key,
     renewed,
+    run_leases_of,
     slot_of,
 )
 from ._sqlite_sql import (
     BEGIN_ATTEMPT,
     CANCEL_RUN,
     COMPLETE,
+    COMPLETED_KEYS,
     CONSUME_EVENT,
     EVENT_BY_ID,
     FAIL,
+    FAILED_RECEIPTS,
     FINISH_ATTEMPT,
     FINISH_PAGE,
+    FORGET_FAILED,
     HEARTBEAT,
     HEARTBEAT_PAGE,
     INSERT_EVENT,
@@ -69,8 +76,10 @@ from ._sqlite_sql import (
     LIST_WAITS,
     MIGRATIONS,
     OPEN_WAITS,
+    PAGE_LEASES,
     RELEASE,
     RELEASE_PAGE,
+    RUN_LEASES,
     RUN_OPEN_WAITS,
     SCHEMA_VERSION,
     SELECT_WAITS,
@@ -133,11 +142,15 @@ def begin_attempt(begin: Begin, conn: sqlite3.Connection) -> tp.RunRecord:
     return record
 
 
-def finish_attempt(params: tuple[Any, ...], conn: sqlite3.Connection) -> bool:
-    """Whether the run was there to finish; ``params`` as :data:`FINISH_ATTEMPT` takes them."""
+def finish_attempt(params: tuple[Any, ...], conn: sqlite3.Connection) -> bool | None:
+    """Whether the attempt's end was written (``False``: a later attempt holds the run;
+    ``None``: no such run); ``params`` as :data:`FINISH_ATTEMPT` takes them."""
     with transaction(conn):
-        cursor = conn.execute(FINISH_ATTEMPT, params)
-    return cursor.rowcount == 1
+        if conn.execute(FINISH_ATTEMPT, params).rowcount == 1:
+            return True
+        run_id = params[-2]
+        known = conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    return False if known is not None else None
 
 
 def get_run(run_id: str, conn: sqlite3.Connection) -> RunRecord | None:
@@ -294,16 +307,49 @@ def count_receipts(run_id: str, conn: sqlite3.Connection) -> dict[str, int]:
     return dict(rows)
 
 
-def write_terminal_rows(
-    run_id: str, dataset: str, rows: Sequence[SheetRow], conn: sqlite3.Connection
-) -> None:
-    params = [
-        (run_id, dataset, r.key, r.position, r.status, r.data_json, r.error, r.attempt)
-        for r in rows
-    ]
+def list_failed_receipts(
+    run_id: str, after_key: str, limit: int, conn: sqlite3.Connection
+) -> list[Receipt]:
+    rows = conn.execute(FAILED_RECEIPTS, (run_id, after_key, limit)).fetchall()
+    return [Receipt(*row) for row in rows]
+
+
+def forget_failed_receipts(
+    run_id: str, keys: Sequence[str], now: float, conn: sqlite3.Connection
+) -> list[str]:
+    forgotten: list[str] = []
     with transaction(conn):
+        cursor = conn.cursor()
+        for key in dict.fromkeys(keys):
+            cursor.execute(FORGET_FAILED, (now, key, run_id))
+            if cursor.rowcount == 1:
+                forgotten.append(key)
+    return forgotten
+
+
+def write_terminal_rows(
+    run_id: str,
+    dataset: str,
+    rows: Sequence[SheetRow],
+    leases: Sequence[tp.PageLease | None],
+    conn: sqlite3.Connection,
+) -> list[tp.SheetWrite]:
+    """Write the rows :func:`decide_sheet_writes` lets through, in one transaction."""
+    where = (run_id, dataset)
+    with transaction(conn):
+        offsets = fenced_pages(leases)
+        current = dict(rows_in(conn, PAGE_LEASES, where, offsets)) if offsets else {}
+        failed = failed_keys(rows)
+        completed = [key for (key,) in rows_in(conn, COMPLETED_KEYS, where, failed)]
+        answers = decide_sheet_writes(rows, leases, current, completed)
+        params = [
+            (run_id, dataset, r.key, r.position, r.status, r.data_json, r.error, r.attempt)
+            for r, answer in zip(rows, answers, strict=True)
+            if answer == "written"
+        ]
         if INSERT_NEW_ROWS.execute(conn, params) != len(params):
             UPSERT_ROWS.execute(conn, params)
+    return answers
 
 
 def sheet_status(
@@ -350,6 +396,16 @@ def list_datasets(run_id: str, conn: sqlite3.Connection) -> list[str]:
         "SELECT DISTINCT dataset FROM sheet_rows WHERE run_id = ? ORDER BY dataset", (run_id,)
     ).fetchall()
     return [dataset for (dataset,) in rows]
+
+
+def run_leases(run_ids: Sequence[str], conn: sqlite3.Connection) -> dict[str, tp.RunLeases]:
+    ids = list(dict.fromkeys(run_ids))
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    with transaction(conn, "BEGIN"):
+        rows = conn.execute(RUN_LEASES.format(marks=marks), (*ids, *ids)).fetchall()
+    return {run_id: run_leases_of([(expires, renewed)]) for run_id, expires, renewed in rows}
 
 
 def claim_page(
@@ -405,8 +461,7 @@ def register_waits(
     requests: Sequence[WaitRequest], now: float, conn: sqlite3.Connection
 ) -> list[WaitRecord]:
     with transaction(conn):
-        keys = list(dict.fromkeys(r.wait_key for r in requests))
-        stored = {row[0]: WaitRecord(*row) for row in rows_in(conn, SELECT_WAITS, (), keys)}
+        stored = _select_waits(list(dict.fromkeys(r.wait_key for r in requests)), conn)
         fresh_runs = {r.run_id for r in requests if r.wait_key not in stored}
         # One read per run: the buffered events of a run are few (each waits for its waiter).
         slots = {slot_of(r) for r in requests if r.wait_key not in stored}
@@ -442,13 +497,23 @@ def _consume(events: Sequence[EventRecord], conn: sqlite3.Connection) -> None:
 def poll_waits(
     wait_keys: Sequence[str], now: float, conn: sqlite3.Connection
 ) -> dict[str, WaitRecord]:
+    keys = list(dict.fromkeys(wait_keys))
+    # A read first, in one snapshot: the lingering waits of a run are polled
+    # every interval, and most polls time nothing out, so need no write lock.
+    with transaction(conn, "BEGIN"):
+        found = _select_waits(keys, conn)
+    if not decide_timeouts(found.values(), now):
+        return found
     with transaction(conn):
-        keys = list(dict.fromkeys(wait_keys))
-        found = {row[0]: WaitRecord(*row) for row in rows_in(conn, SELECT_WAITS, (), keys)}
+        found = _select_waits(keys, conn)
         expired = decide_timeouts(found.values(), now)
         conn.executemany(SETTLE_WAIT, [_settled(w) for w in expired])
     found.update((w.wait_key, w) for w in expired)
     return found
+
+
+def _select_waits(keys: Sequence[str], conn: sqlite3.Connection) -> dict[str, WaitRecord]:
+    return {row[0]: WaitRecord(*row) for row in rows_in(conn, SELECT_WAITS, (), keys)}
 
 
 def send_event(request: SendRequest, now: float, url: str, conn: sqlite3.Connection) -> SendResult:

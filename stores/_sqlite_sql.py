@@ -166,9 +166,11 @@ CONSUME_EVENT = (
     "UPDATE events SET consumed_by = ? WHERE run_id = ? AND event_id = ? AND consumed_by IS NULL"
 )
 CANCEL_RUN = "UPDATE runs SET status = 'cancelled', updated_at = ? WHERE run_id = ?"
+
+# Fenced by the attempt: a late attempt never overwrites a later one's end.
 FINISH_ATTEMPT = """
     UPDATE runs SET status = ?, updated_at = ?, output_json = ?, error = ?, stats_json = ?
-    WHERE run_id = ?
+    WHERE run_id = ? AND attempt = ?
 """
 UPSERT_CLAIMED = f"""
     INSERT INTO receipts ({RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -197,6 +199,15 @@ RELEASE = f"""
         owner = NULL, updated_at = ?
     {_FENCE}
 """
+FAILED_RECEIPTS = f"""
+    SELECT {RECEIPT_COLUMNS} FROM receipts
+    WHERE run_id = ? AND status = 'failed' AND key > ? ORDER BY key LIMIT ?
+"""
+FORGET_FAILED = """
+    UPDATE receipts SET status = 'pending', lease_id = NULL, lease_expires_at = NULL,
+        owner = NULL, error_json = NULL, updated_at = ?
+    WHERE key = ? AND run_id = ? AND status = 'failed'
+"""
 _PAGE_FENCE = (
     "WHERE run_id = ? AND dataset = ? AND page_offset = ? AND lease_id = ? AND status = 'running'"
 )
@@ -206,10 +217,29 @@ FINISH_PAGE = f"""
         updated_at = ?
     {_PAGE_FENCE}
 """
+# The lease id stays until the next claim: rows the releasing process still
+# flushes are its own until another process claims the page.
 RELEASE_PAGE = f"""
-    UPDATE pages SET status = 'pending', lease_id = NULL, lease_expires_at = NULL, owner = NULL,
-        updated_at = ?
+    UPDATE pages SET status = 'pending', lease_expires_at = NULL, owner = NULL, updated_at = ?
     {_PAGE_FENCE}
+"""
+# The current lease of the pages a fenced sheet write names (ends in "IN ").
+PAGE_LEASES = (
+    "SELECT page_offset, lease_id FROM pages WHERE run_id = ? AND dataset = ? AND page_offset IN "
+)
+# Which of a sheet write's failed rows' keys are completed already (ends in "IN ").
+COMPLETED_KEYS = """
+    SELECT key FROM sheet_rows WHERE run_id = ? AND dataset = ? AND status = 'completed'
+    AND key IN """
+# The latest expiry and renewal of each run's running receipts and pages ({marks}: its ids).
+RUN_LEASES = """
+    SELECT run_id, max(lease_expires_at), max(updated_at) FROM (
+        SELECT run_id, lease_expires_at, updated_at FROM receipts
+        WHERE status = 'running' AND run_id IN ({marks})
+        UNION ALL
+        SELECT run_id, lease_expires_at, updated_at FROM pages
+        WHERE status = 'running' AND run_id IN ({marks})
+    ) GROUP BY run_id
 """
 
 
@@ -285,13 +315,14 @@ UPSERT_ROWS = _ManyRows(
     ON CONFLICT (run_id, dataset, key) DO UPDATE SET
         position = excluded.position, status = excluded.status,
         data_json = excluded.data_json, error = excluded.error, attempt = excluded.attempt
+    WHERE NOT (sheet_rows.status = 'completed' AND excluded.status = 'failed')
     """,
     "(?, ?, ?, ?, ?, ?, ?, ?)",
 )
 
 
 def rows_in(
-    conn: sqlite3.Connection, select: str, params: tuple[Any, ...], keys: Sequence[str]
+    conn: sqlite3.Connection, select: str, params: tuple[Any, ...], keys: Sequence[str | int]
 ) -> list[Any]:
     # `select` ends in "IN "; one statement per chunk of keys.
     rows: list[Any] = []

@@ -36,6 +36,7 @@ class AttemptEnd(TypedDict):
     """``finish_attempt``'s keyword arguments, as every store takes them; :func:`attempt_end`
     gives them with their defaults (``RunStore.finish_attempt`` in engine/_store.py)."""
 
+    attempt: int
     now: float
     output_json: NotRequired[str | None]
     error: NotRequired[str | None]
@@ -43,13 +44,15 @@ class AttemptEnd(TypedDict):
 
 
 def attempt_end(
+    attempt: int,
     now: float,
     output_json: str | None = None,
     error: str | None = None,
     stats_json: str | None = None,
-) -> tuple[float, str | None, str | None, str | None]:
-    """``finish_attempt``'s ``now``, ``output_json``, ``error`` and ``stats_json``."""
-    return now, output_json, error, stats_json
+) -> tuple[int, tuple[float, str | None, str | None, str | None]]:
+    """``finish_attempt``'s ``attempt`` (its fence), and its ``now``, ``output_json``,
+    ``error`` and ``stats_json`` (what it writes)."""
+    return attempt, (now, output_json, error, stats_json)
 
 
 class RowQuery(TypedDict, total=False):

@@ -43,7 +43,11 @@ from ._rules import (
     decide_page,
     decide_register,
     decide_send,
+    decide_sheet_writes,
     decide_timeouts,
+    failed_keys,
+    fenced_pages,
+    run_leases_of,
     slot_of,
     wait_order,
 )
@@ -113,6 +117,59 @@ def _leased_page(
     if page is None or page.status != "running" or page.lease_id != lease.lease_id:
         return None
     return page
+
+
+def _decide_writes(
+    pages: dict[tuple[str, str, int], PageRecord],
+    sheet: _Sheet,
+    run_id: str,
+    dataset: str,
+    rows: Sequence[SheetRow],
+    leases: Sequence[tp.PageLease | None],
+) -> list[tp.SheetWrite]:
+    """What ``write_terminal_rows`` does with each row (see :func:`decide_sheet_writes`)."""
+    current = {
+        offset: page.lease_id
+        for offset in fenced_pages(leases)
+        if (page := pages.get((run_id, dataset, offset))) is not None
+    }
+    stored = sheet.rows
+    completed = [
+        key
+        for key in failed_keys(rows)
+        if (row := stored.get(key)) is not None and row.status == "completed"
+    ]
+    return decide_sheet_writes(rows, leases, current, completed)
+
+
+def _run_leases(
+    receipts: dict[str, Receipt],
+    pages: dict[tuple[str, str, int], PageRecord],
+    run_ids: Sequence[str],
+) -> dict[str, tp.RunLeases]:
+    """``run_leases``: the latest expiry and renewal of each run's running receipts and pages."""
+    wanted = set(run_ids)
+    held: dict[str, list[tuple[float | None, float]]] = {}
+    for receipt in receipts.values():
+        if receipt.status == "running" and receipt.run_id in wanted:
+            held.setdefault(receipt.run_id, []).append(
+                (receipt.lease_expires_at, receipt.updated_at)
+            )
+    for (run_id, _, _), page in pages.items():
+        if page.status == "running" and run_id in wanted:
+            held.setdefault(run_id, []).append((page.lease_expires_at, page.updated_at))
+    return {run_id: run_leases_of(leases) for run_id, leases in held.items()}
+
+
+def _move_page(
+    pages: dict[tuple[str, str, int], PageRecord], lease: tp.PageLease, changes: dict[str, Any]
+) -> bool:
+    """Change the leased page as ``changes`` say; ``False`` if the lease is no longer its own."""
+    page = _leased_page(pages, lease)
+    if page is None:
+        return False
+    pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(page, **changes)
+    return True
 
 
 @attrs.define
@@ -285,12 +342,14 @@ class MemoryStore(MemoryWaits):
 
     async def finish_attempt(
         self, run_id: str, status: RunStatus, **end: Unpack[AttemptEnd]
-    ) -> None:
-        now, output_json, error, stats_json = attempt_end(**end)
+    ) -> bool:
+        attempt, (now, output_json, error, stats_json) = attempt_end(**end)
         await trio.lowlevel.checkpoint()
         record = self._runs.get(run_id)
         if record is None:
             raise StoreError(f"{URL}: finish_attempt: unknown run {run_id!r}")
+        if record.attempt != attempt:
+            return False  # a later attempt holds the run
         self._runs[run_id] = attrs.evolve(
             record,
             status=status,
@@ -299,6 +358,7 @@ class MemoryStore(MemoryWaits):
             error=error,
             stats_json=stats_json,
         )
+        return True
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         await trio.lowlevel.checkpoint()
@@ -381,10 +441,47 @@ class MemoryStore(MemoryWaits):
         await trio.lowlevel.checkpoint()
         return dict(Counter(r.status for r in self._receipts.values() if r.run_id == run_id))
 
+    # -- recorded failures (FailureStore) ------------------------------------
+    async def list_failed_receipts(
+        self, run_id: str, *, after_key: str = "", limit: int = 1000
+    ) -> list[Receipt]:
+        await trio.lowlevel.checkpoint()
+        failed = sorted(
+            (r for r in self._receipts.values() if r.run_id == run_id and r.status == "failed"),
+            key=lambda receipt: receipt.key,
+        )
+        return [receipt for receipt in failed if receipt.key > after_key][:limit]
+
+    async def forget_failed_receipts(
+        self, run_id: str, keys: Sequence[str], *, now: float
+    ) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        forgotten: list[str] = []
+        for key in dict.fromkeys(keys):
+            receipt = self._receipts.get(key)
+            if receipt is None or receipt.status != "failed" or receipt.run_id != run_id:
+                continue
+            self._receipts[key] = attrs.evolve(
+                receipt,
+                status="pending",
+                lease_id=None,
+                lease_expires_at=None,
+                owner=None,
+                error_json=None,
+                updated_at=now,
+            )
+            forgotten.append(key)
+        return forgotten
+
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
-        self, run_id: str, dataset: str, rows: Sequence[SheetRow]
-    ) -> None:
+        self,
+        run_id: str,
+        dataset: str,
+        rows: Sequence[SheetRow],
+        *,
+        leases: Sequence[tp.PageLease | None] = (),
+    ) -> list[tp.SheetWrite]:
         if self._write_delay > 0:
             await trio.sleep(self._write_delay)
         else:
@@ -392,10 +489,14 @@ class MemoryStore(MemoryWaits):
         if self._write_error is not None:
             raise self._write_error
         if not rows:
-            return
+            return []
         sheet = self._sheets.setdefault((run_id, dataset), _Sheet())
-        sheet.rows.update((row.key, row) for row in rows)
+        answers = _decide_writes(self._pages, sheet, run_id, dataset, rows, leases)
+        for row, answer in zip(rows, answers, strict=True):
+            if answer == "written":
+                sheet.rows[row.key] = row
         sheet.ordered = None
+        return answers
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
@@ -440,6 +541,10 @@ class MemoryStore(MemoryWaits):
         await trio.lowlevel.checkpoint()
         return sorted(dataset for run, dataset in self._sheets if run == run_id)
 
+    async def run_leases(self, run_ids: Sequence[str]) -> dict[str, tp.RunLeases]:
+        await trio.lowlevel.checkpoint()
+        return _run_leases(self._receipts, self._pages, run_ids)
+
     # -- page leases --------------------------------------------------------
     async def claim_page(
         self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
@@ -455,44 +560,24 @@ class MemoryStore(MemoryWaits):
         self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         await trio.lowlevel.checkpoint()
-        expiries: list[float | None] = []
-        for lease in leases:
-            page = _leased_page(self._pages, lease)
-            if page is None:
-                expiries.append(None)
-                continue
-            expires = now + lease_ttl
-            self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
-                page, lease_expires_at=expires, updated_at=now
-            )
-            expiries.append(expires)
-        return expiries
+        renew = {"lease_expires_at": now + lease_ttl, "updated_at": now}
+        return [
+            now + lease_ttl if _move_page(self._pages, lease, renew) else None for lease in leases
+        ]
 
     async def finish_page(
         self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
     ) -> bool:
         await trio.lowlevel.checkpoint()
-        page = _leased_page(self._pages, lease)
-        if page is None:
-            return False
-        self._pages[lease.run_id, lease.dataset, lease.offset] = attrs.evolve(
-            page,
-            status="done",
-            lease_expires_at=None,
-            attempt=attempt,
-            failed=failed,
-            updated_at=now,
-        )
-        return True
+        done = {"status": "done", "lease_expires_at": None, "attempt": attempt, "failed": failed}
+        return _move_page(self._pages, lease, {**done, "updated_at": now})
 
     async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
         await trio.lowlevel.checkpoint()
-        page = _leased_page(self._pages, lease)
-        if page is None:
-            return False
-        released = attrs.evolve(page, **_RELEASED, updated_at=now)
-        self._pages[lease.run_id, lease.dataset, lease.offset] = released
-        return True
+        # The lease id stays until the next claim: rows the releasing process
+        # still flushes are its own until another process claims the page.
+        released = {**_RELEASED, "lease_id": lease.lease_id, "updated_at": now}
+        return _move_page(self._pages, lease, released)
 
 
 __all__ = ["MemoryStore", "PageRecord", "decide_claims", "decide_page"]

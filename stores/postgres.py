@@ -244,11 +244,14 @@ class PostgresStore(WaitOperations):
 
     async def finish_attempt(
         self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]
-    ) -> None:
-        now, *ending = attempt_end(**end)
-        params = (status, float(now), *ending, run_id)
-        if not await self._call("finish_attempt", partial(jobs.finish_attempt, self._sql, params)):
+    ) -> bool:
+        attempt, (now, *ending) = attempt_end(**end)
+        params = (status, float(now), *ending, run_id, attempt)
+        finish = partial(jobs.finish_attempt, self._sql, params)
+        written = await self._call("finish_attempt", finish)
+        if written is None:
             raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
+        return written
 
     async def get_run(self, run_id: str) -> tp.RunRecord | None:
         return await self._call("get_run", partial(jobs.get_run, self._sql, run_id))
@@ -298,17 +301,36 @@ class PostgresStore(WaitOperations):
     async def count_receipts(self, run_id: str) -> dict[str, int]:
         return await self._call("count_receipts", partial(jobs.count_receipts, self._sql, run_id))
 
+    # -- recorded failures (FailureStore) ------------------------------------
+    async def list_failed_receipts(
+        self, run_id: str, *, after_key: str = "", limit: int = 1000
+    ) -> list[tp.Receipt]:
+        listed = partial(jobs.list_failed_receipts, self._sql, run_id, after_key, limit)
+        return await self._call("list_failed_receipts", listed)
+
+    async def forget_failed_receipts(
+        self, run_id: str, keys: Sequence[str], *, now: float
+    ) -> list[str]:
+        unique = list(dict.fromkeys(keys))
+        forget = partial(jobs.forget_failed_receipts, self._sql, run_id, unique, float(now))
+        return await self._call("forget_failed_receipts", forget)
+
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
-        self, run_id: str, dataset: str, rows: Sequence[tp.SheetRow]
-    ) -> None:
+        self,
+        run_id: str,
+        dataset: str,
+        rows: Sequence[tp.SheetRow],
+        *,
+        leases: Sequence[tp.PageLease | None] = (),
+    ) -> list[tp.SheetWrite]:
         if not rows:
             await trio.lowlevel.checkpoint()
-            return
+            return []
         write = partial(
-            jobs.write_terminal_rows, self._sql, self._growth, run_id, dataset, list(rows)
+            jobs.write_terminal_rows, self._sql, self._growth, run_id, dataset, list(rows), leases
         )
-        await self._call("write_terminal_rows", write)
+        return await self._call("write_terminal_rows", write)
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
@@ -335,6 +357,13 @@ class PostgresStore(WaitOperations):
 
     async def list_datasets(self, run_id: str) -> list[str]:
         return await self._call("list_datasets", partial(jobs.list_datasets, self._sql, run_id))
+
+    async def run_leases(self, run_ids: Sequence[str]) -> dict[str, tp.RunLeases]:
+        if not run_ids:
+            await trio.lowlevel.checkpoint()
+            return {}
+        leases = partial(jobs.run_leases, self._sql, list(run_ids))
+        return await self._call("run_leases", leases)
 
     # -- page leases --------------------------------------------------------
     async def claim_page(

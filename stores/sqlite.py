@@ -197,12 +197,13 @@ class SqliteStore(WaitOperations):
 
     async def finish_attempt(
         self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]
-    ) -> None:
-        now, *ending = attempt_end(**end)
-        params = (status, now, *ending, run_id)
+    ) -> bool:
+        attempt, (now, *ending) = attempt_end(**end)
+        params = (status, now, *ending, run_id, attempt)
         updated = await self._call("finish_attempt", partial(jobs.finish_attempt, params))
-        if not updated:
+        if updated is None:
             raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
+        return updated
 
     async def get_run(self, run_id: str) -> tp.RunRecord | None:
         return await self._call("get_run", partial(jobs.get_run, run_id), interruptible=True)
@@ -245,15 +246,33 @@ class SqliteStore(WaitOperations):
             "count_receipts", partial(jobs.count_receipts, run_id), interruptible=True
         )
 
+    # -- recorded failures (FailureStore) ------------------------------------
+    async def list_failed_receipts(
+        self, run_id: str, *, after_key: str = "", limit: int = 1000
+    ) -> list[tp.Receipt]:
+        listed = partial(jobs.list_failed_receipts, run_id, after_key, limit)
+        return await self._call("list_failed_receipts", listed, interruptible=True)
+
+    async def forget_failed_receipts(
+        self, run_id: str, keys: Sequence[str], *, now: float
+    ) -> list[str]:
+        forget = partial(jobs.forget_failed_receipts, run_id, keys, now)
+        return await self._call("forget_failed_receipts", forget)
+
     # -- dataset sheets -----------------------------------------------------
     async def write_terminal_rows(
-        self, run_id: str, dataset: str, rows: Sequence[tp.SheetRow]
-    ) -> None:
+        self,
+        run_id: str,
+        dataset: str,
+        rows: Sequence[tp.SheetRow],
+        *,
+        leases: Sequence[tp.PageLease | None] = (),
+    ) -> list[tp.SheetWrite]:
         # A large batch is written on the thread, so the event loop goes on meanwhile.
         small = sum(len(row.data_json) for row in rows) <= _INLINE_BYTES
-        await self._call(
+        return await self._call(
             "write_terminal_rows",
-            partial(jobs.write_terminal_rows, run_id, dataset, rows),
+            partial(jobs.write_terminal_rows, run_id, dataset, rows, leases),
             inline=small,
         )
 
@@ -286,6 +305,9 @@ class SqliteStore(WaitOperations):
         return await self._call(
             "list_datasets", partial(jobs.list_datasets, run_id), interruptible=True
         )
+
+    async def run_leases(self, run_ids: Sequence[str]) -> dict[str, tp.RunLeases]:
+        return await self._call("run_leases", partial(jobs.run_leases, run_ids), interruptible=True)
 
     # -- page leases --------------------------------------------------------
     async def claim_page(

@@ -35,6 +35,7 @@ COMMANDS = [
     "runs list",
     "runs show",
     "export",
+    "retry",
     "config",
     "timeline",
     "scenario list",

@@ -84,6 +84,9 @@ def test_the_run_summary_as_json_carries_the_numbers_of_the_text(
     assert dataset == {
         "name": "d", "completed": 0, "failed": 1, "skipped": 3, "duplicates": 0,
         "unconfirmed": 0, "sheet": {"completed": 3, "failed": 1},
+        "failures": [
+            {"type": "ToolExecutionError", "count": 1, "example": "two is refused", "key": "2"}
+        ],
     }  # fmt: skip
     assert (data["provider_calls"], data["replayed"], data["failed_calls"]) == (0, 1, 0)
     assert data["outputs"] == [{"path": "out.csv", "dataset": "d", "rows": 3}]

@@ -292,9 +292,10 @@ def test_an_empty_input_writes_a_file_and_says_so(
                  "--out", "out.csv"])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert (here / "out.csv").read_text() == ""
+    # The header: the input's columns (its CSV header), then the computed one.
+    assert (here / "out.csv").read_text() == "n,twice\n"
     assert "  output: out.csv (0 rows of d)" in out
-    assert "  out.csv: d has no completed rows, so it is empty\n" in out
+    assert "  out.csv: d had no input rows, so it holds the CSV header only\n" in out
 
 
 def test_no_row_of_the_status_asked_for_writes_the_header_only(

@@ -67,7 +67,13 @@ def test_the_company_lookup_example_runs_against_its_service(tmp_path: Path) -> 
         env = {"COMPANY_SERVICE_URL": url}
         done = run_trioplay(*argv, cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.splitlines()[:5] == [
+        lines = done.stdout.splitlines()
+        why = lines.pop(2)  # why the row failed: the 404, cut to 80 characters
+        assert why.startswith(
+            "    1 failed: 1 ToolExecutionError (HTTP tool 'company_lookup': POST "
+        ), why
+        assert why.endswith("...) e.g. nowhere.example"), why
+        assert lines[:5] == [
             "run lookup: completed (play company-lookup, attempt 1)",
             "  companies: 5 completed, 1 failed, 0 skipped; sheet holds 5 completed, 1 failed",
             "  provider calls: 6",

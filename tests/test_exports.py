@@ -38,12 +38,16 @@ CONTRACT = [
     "SheetStore",
     "PageStore",
     "RunStore",
+    "FailureStore",
     "RowStatus",
     "RunStatus",
     # What adapters and tool authors build on (trioplay.adapters imports only public names).
     "ToolSettings",
     "canonical_json",
     "redact",
+    # Recorded failures taken back (trioplay retry, issue 25).
+    "retry_failures",
+    "RecordedFailure",
 ]
 
 

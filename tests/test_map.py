@@ -251,7 +251,7 @@ async def test_rows_added_to_a_finished_page_run_on_resume() -> None:
     assert tool.calls == 7
 
 
-async def test_a_row_over_the_memory_budget_fails_without_its_data() -> None:
+async def test_a_row_over_the_memory_budget_fails_keeping_its_input_fields() -> None:
     @trioplay.play("p")
     async def play(ctx: trioplay.PlayContext, _input: Any) -> trioplay.MapResult:
         return await ctx.dataset("s", leads(2)).with_column("blob", lambda r, rc: "x" * 5000).run()
@@ -262,6 +262,8 @@ async def test_a_row_over_the_memory_budget_fails_without_its_data() -> None:
     rows = [row async for row in result.rows(status="failed")]
     assert all(row["_error"].startswith("MapMemoryLimitError: the row is") for row in rows)
     assert all("blob" not in row for row in rows)
+    # Its input fields stay, so that the failed row says which lead it was.
+    assert sorted(row["domain"] for row in rows) == ["d0.example", "d1.example"]
 
 
 @pytest.mark.deadline(300)

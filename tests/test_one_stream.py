@@ -75,6 +75,7 @@ _VALUES = {
     "float": 1.0,
     "bool": False,
     "dict[str, Any]": {},
+    "list[str]": ["x"],
 }
 _FIELDS = {"status": "completed", "phase": "headers", "url": "https://x.example/"}
 

@@ -20,11 +20,15 @@ from hypothesis import strategies as st
 from trioplay._cleanup import CleanupBudget
 from trioplay._json import canonical_json, dumps, loads
 from trioplay._keys import tool_receipt_key
+from trioplay._map._pages import Page
+from trioplay._map._plan import Plan
 from trioplay._map._writer import TerminalRow, TerminalRowWriter
 from trioplay._records import SheetRow
 from trioplay.stores.memory import MemoryStore
 
 from .strategies import json_objects, json_values, reorder
+
+PAGE = Page(0, Plan([]), None)  # type: ignore[arg-type]  # the writer needs only its lease
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,7 +118,7 @@ def test_the_writer_commits_every_row_exactly_once(
                     await trio.sleep(delay)
                     key = str(index)
                     row = SheetRow(key, index, "completed", "{}")
-                    await writer.admit(TerminalRow(row, size, None, 0, None))
+                    await writer.admit(TerminalRow(row, size, PAGE, 0, None))
                     admitted_at[key] = trio.current_time()
 
                 async with trio.open_nursery() as producers:

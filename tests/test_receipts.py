@@ -386,12 +386,12 @@ class OrderedWrites(MemoryStore):
         await trio.sleep(1.0)  # a slow completion write
         return await super().complete_many(items, now=now)
 
-    async def write_terminal_rows(self, run_id: str, dataset: str, rows: Any) -> None:
+    async def write_terminal_rows(self, run_id: str, dataset: str, rows: Any, **kw: Any) -> Any:
         self.rows_written += len(rows)
         completed = (await self.count_receipts(run_id)).get("completed", 0)
         if completed < self.rows_written:
             self.violations += 1
-        await super().write_terminal_rows(run_id, dataset, rows)
+        return await super().write_terminal_rows(run_id, dataset, rows, **kw)
 
 
 async def test_a_row_commits_only_after_the_receipts_of_its_calls(

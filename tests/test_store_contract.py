@@ -10,6 +10,7 @@ contract suite. Every test here is bounded at 10 s (the ``deadline`` mark of
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from typing import TYPE_CHECKING, Any
@@ -28,11 +29,13 @@ from trioplay import (
     ClaimRequest,
     Completion,
     Failure,
+    FailureStore,
     Held,
     Lease,
     PageClaim,
     PageLease,
     Receipt,
+    RunLeases,
     Settled,
     SheetRow,
     Store,
@@ -118,7 +121,7 @@ async def test_begin_attempt_creates_then_increments(store: Store) -> None:
     )
     assert await store.get_run("run-1") == first
 
-    await store.finish_attempt("run-1", "failed", now=NOW + 1, error="boom")
+    await store.finish_attempt("run-1", "failed", attempt=1, now=NOW + 1, error="boom")
     second = await store.begin_attempt("run-1", "enrich", '{"n":1}', now=NOW + 2)
     assert (second.status, second.attempt, second.created_at, second.updated_at) == (
         "running",
@@ -138,7 +141,7 @@ async def test_begin_attempt_leaves_a_run_of_another_play_or_input_as_it_was(
 ) -> None:
     # The runtime refuses the reused run id; the store only must not merge the two.
     first = await store.begin_attempt("run-1", "enrich", '{"n":1}', now=NOW)
-    await store.finish_attempt("run-1", "completed", now=NOW + 1, output_json="7")
+    await store.finish_attempt("run-1", "completed", attempt=1, now=NOW + 1, output_json="7")
     stored = await store.get_run("run-1")
     assert stored is not None
     answer = await store.begin_attempt("run-1", play, input_json, now=NOW + 2)
@@ -152,8 +155,13 @@ async def test_begin_attempt_leaves_a_run_of_another_play_or_input_as_it_was(
 
 async def test_finish_attempt_records_the_outcome(store: Store) -> None:
     await store.begin_attempt("run-1", "enrich", "{}", now=NOW)
-    await store.finish_attempt(
-        "run-1", "completed", now=NOW + 5, output_json='{"ok":true}', stats_json='{"rows":3}'
+    assert await store.finish_attempt(
+        "run-1",
+        "completed",
+        attempt=1,
+        now=NOW + 5,
+        output_json='{"ok":true}',
+        stats_json='{"rows":3}',
     )
     run = await store.get_run("run-1")
     assert run is not None
@@ -163,7 +171,22 @@ async def test_finish_attempt_records_the_outcome(store: Store) -> None:
 
 async def test_finish_attempt_of_an_unknown_run_fails(store: Store) -> None:
     with pytest.raises(StoreError, match="finish_attempt"):
-        await store.finish_attempt("nope", "completed", now=NOW)
+        await store.finish_attempt("nope", "completed", attempt=1, now=NOW)
+
+
+async def test_finish_attempt_is_fenced_by_the_attempt(store: Store) -> None:
+    # A late attempt (paused, say) never overwrites the status of a later one.
+    await store.begin_attempt("run-1", "enrich", "{}", now=NOW)
+    await store.begin_attempt("run-1", "enrich", "{}", now=NOW + 1)
+    assert await store.finish_attempt("run-1", "completed", attempt=2, now=NOW + 2, output_json="1")
+    assert not await store.finish_attempt("run-1", "failed", attempt=1, now=NOW + 3, error="late")
+    run = await store.get_run("run-1")
+    assert run is not None
+    assert (run.status, run.attempt, run.updated_at) == ("completed", 2, NOW + 2)
+    assert (run.output_json, run.error) == ("1", None)
+    # A later attempt's own end still may be written again (Ctrl-C while recording it).
+    assert await store.finish_attempt("run-1", "cancelled", attempt=2, now=NOW + 4)
+    assert (await store.get_run("run-1")).status == "cancelled"  # type: ignore[union-attr]
 
 
 async def test_get_run_of_an_unknown_run_is_none(store: Store) -> None:
@@ -174,10 +197,31 @@ async def test_list_runs_most_recently_updated_first(store: Store) -> None:
     await store.begin_attempt("a", "p", "{}", now=NOW)
     await store.begin_attempt("b", "p", "{}", now=NOW + 1)
     await store.begin_attempt("c", "p", "{}", now=NOW + 2)
-    await store.finish_attempt("a", "completed", now=NOW + 3)
+    await store.finish_attempt("a", "completed", attempt=1, now=NOW + 3)
     await store.begin_attempt("d", "p", "{}", now=NOW + 3)  # ties with "a": newer run first
     assert [run.run_id for run in await store.list_runs()] == ["d", "a", "c", "b"]
     assert [run.run_id for run in await store.list_runs(limit=2)] == ["d", "a"]
+
+
+async def test_run_leases_say_when_a_run_last_renewed_one(store: Store) -> None:
+    # ``runs list`` tells a live run from one whose process died by these.
+    a = await claim_one(store, "a")
+    await claim_one(store, "b", now=NOW + 1)
+    assert await store.heartbeat_many([Lease("a", a.lease_id)], lease_ttl=TTL, now=NOW + 5) == [
+        NOW + 5 + TTL
+    ]
+    page = await lease_page(store, 0, now=NOW + 2)
+    # Settled receipts, released pages and other runs' leases do not count.
+    done = await claim_one(store, "c", run_id="run-2")
+    await store.complete_many([Completion("c", done.lease_id, "1")], now=NOW + 3)
+    gone = await store.claim_page("run-2", "leads", 0, owner="w", lease_ttl=TTL, now=NOW + 9)
+    assert gone.lease_id is not None
+    await store.release_page(PageLease("run-2", "leads", 0, gone.lease_id), now=NOW + 9)
+    leases = await store.run_leases(["run-1", "run-2", "run-3"])
+    assert leases == {"run-1": RunLeases(expires_at=NOW + 5 + TTL, renewed_at=NOW + 5)}
+    assert await store.heartbeat_pages([page], lease_ttl=TTL, now=NOW + 7) == [NOW + 7 + TTL]
+    assert (await store.run_leases(["run-1"]))["run-1"] == RunLeases(NOW + 7 + TTL, NOW + 7)
+    assert await store.run_leases([]) == {}
 
 
 # -- claims -----------------------------------------------------------------
@@ -471,16 +515,65 @@ async def test_count_receipts_by_status_for_one_run(store: Store) -> None:
 
 
 async def test_write_terminal_rows_upserts_by_key(store: Store) -> None:
-    await store.write_terminal_rows("run-1", "leads", [row("a", 0), row("b", 1)])
-    rewritten = SheetRow("a", 5, "failed", '{"x":1}', error="ValueError: bad", attempt=2)
-    await store.write_terminal_rows("run-1", "leads", [rewritten])
+    await store.write_terminal_rows("run-1", "leads", [row("a", 0, "failed"), row("b", 1)])
+    rewritten = SheetRow("a", 5, "completed", '{"x":1}', attempt=2)
+    assert await store.write_terminal_rows("run-1", "leads", [rewritten]) == ["written"]
     assert await store.read_rows("run-1", "leads") == [row("b", 1), rewritten]
-    assert await store.count_rows("run-1", "leads") == {"completed": 1, "failed": 1}
+    assert await store.count_rows("run-1", "leads") == {"completed": 2}
 
 
-async def test_a_key_repeated_in_one_batch_keeps_the_last_row(store: Store) -> None:
-    await store.write_terminal_rows("run-1", "leads", [row("a", 0), row("a", 1, "failed")])
-    assert await store.read_rows("run-1", "leads") == [row("a", 1, "failed")]
+async def test_a_failed_row_never_replaces_a_completed_one(store: Store) -> None:
+    assert await store.write_terminal_rows(
+        "run-1", "leads", [row("a", 0), row("b", 1, "failed")]
+    ) == ["written", "written"]
+    late = SheetRow("a", 0, "failed", "{}", error="LeaseLost: gone", attempt=2)
+    again = SheetRow("b", 1, "failed", "{}", error="ValueError: still", attempt=2)
+    assert await store.write_terminal_rows("run-1", "leads", [late, again]) == ["kept", "written"]
+    assert await store.read_rows("run-1", "leads") == [row("a", 0), again]
+
+
+async def test_a_key_repeated_in_one_batch_is_decided_row_by_row(store: Store) -> None:
+    assert await store.write_terminal_rows(
+        "run-1", "leads", [row("a", 0, "failed"), row("a", 1)]
+    ) == ["written", "written"]
+    assert await store.read_rows("run-1", "leads") == [row("a", 1)]
+    assert await store.write_terminal_rows(
+        "run-1", "leads", [row("b", 2), row("b", 3, "failed")]
+    ) == ["written", "kept"]
+    assert await store.read_rows("run-1", "leads", after_position=1) == [row("b", 2)]
+
+
+async def test_sheet_writes_are_fenced_by_the_page_lease(store: Store) -> None:
+    ours = await lease_page(store, 0)
+    other = await lease_page(store, 1000)
+    # A peer takes page 0 over (our lease expired: we were paused) and writes.
+    peers = await lease_page(store, 0, owner="w2", now=NOW + TTL)
+    assert await store.write_terminal_rows("run-1", "leads", [row("a", 0)], leases=[peers]) == [
+        "written"
+    ]
+    # Our late rows: page 0's are refused, page 1000's (still ours) and an
+    # unfenced row are written, in one batch.
+    late = [row("a", 0, "failed"), row("b", 1), row("c", 1000), row("d", 2000)]
+    answers = await store.write_terminal_rows(
+        "run-1", "leads", late, leases=[ours, ours, other, None]
+    )
+    assert answers == ["fenced", "fenced", "written", "written"]
+    assert [r.key for r in await store.read_rows("run-1", "leads")] == ["a", "c", "d"]
+    assert (await store.read_rows("run-1", "leads"))[0] == row("a", 0)
+
+
+async def test_a_released_page_keeps_its_writers_rows_until_claimed_again(store: Store) -> None:
+    # A cancelled page gives its lease back while its last rows are flushed:
+    # they are still its own until another process claims the page.
+    lease = await lease_page(store, 0)
+    assert await store.release_page(lease, now=NOW + 1) is True
+    assert await store.write_terminal_rows("run-1", "leads", [row("a", 0)], leases=[lease]) == [
+        "written"
+    ]
+    await lease_page(store, 0, owner="w2", now=NOW + 2)
+    assert await store.write_terminal_rows("run-1", "leads", [row("b", 1)], leases=[lease]) == [
+        "fenced"
+    ]
 
 
 async def test_sheets_are_separate_per_run_and_dataset(store: Store) -> None:
@@ -568,7 +661,13 @@ PAYLOADS = [
 async def test_payload_text_round_trips_exactly(store: Store, payload: str) -> None:
     await store.begin_attempt("run-1", "play", payload, now=NOW)
     await store.finish_attempt(
-        "run-1", "failed", now=NOW, output_json=payload, error=payload, stats_json=payload
+        "run-1",
+        "failed",
+        attempt=1,
+        now=NOW,
+        output_json=payload,
+        error=payload,
+        stats_json=payload,
     )
     run = await store.get_run("run-1")
     assert run is not None
@@ -1308,8 +1407,9 @@ async def test_sqlite_completions_answer_per_item_when_a_lease_is_not_ours(
 async def test_sqlite_sheet_batches_larger_than_one_statement(tmp_path: Path) -> None:
     # 301 rows: three statements of at most 124 rows. A batch of new keys is
     # inserted; one with stored or repeated keys is then upserted whole, in order.
-    new = [row(f"k{i:03d}", i) for i in range(301)]
-    again = [row(f"k{i:03d}", 1000 + i, "failed") for i in range(300)]
+    # (Failed rows first: a completed row replaces a failed one, never the reverse.)
+    new = [row(f"k{i:03d}", i, "failed") for i in range(301)]
+    again = [row(f"k{i:03d}", 1000 + i) for i in range(300)]
     again[10] = row("n000", 2000)  # a new key
     again[50] = row("k060", 3000)  # k060 again ten rows on, in the same statement: that wins
     again.append(row("k005", 4000))  # k005 again, in the last statement: this wins
@@ -1322,8 +1422,8 @@ async def test_sqlite_sheet_batches_larger_than_one_statement(tmp_path: Path) ->
         second = await store.read_rows("run-1", "leads")
         assert second[:3] == [new[10], new[50], new[300]]
         assert second[-3:] == [again[299], again[10], again[300]]
-        assert row("k060", 1060, "failed") in second
-        assert await store.count_rows("run-1", "leads") == {"completed": 5, "failed": 297}
+        assert row("k060", 1060) in second
+        assert await store.count_rows("run-1", "leads") == {"completed": 299, "failed": 3}
         return [*first, *second]
 
     _, statements = await _agree_with_memory(tmp_path, scenario)
@@ -1419,3 +1519,44 @@ async def test_postgres_a_replay_skips_the_fresh_path_until_keys_are_new_again(
         assert await store.count_receipts("run-1") == {"completed": 7}
     finally:
         await store.aclose()
+
+
+# -- recorded failures (FailureStore: trioplay retry) --------------------------
+
+
+async def _fail(store: Store, key: str, run_id: str = "run-1") -> None:
+    claimed = await claim_one(store, key, run_id=run_id)
+    error = json.dumps({"type": "ToolExecutionError", "message": key}, separators=(",", ":"))
+    assert await store.fail_many([Failure(key, claimed.lease_id, error)], now=NOW + 1) == [True]
+
+
+async def test_failed_receipts_are_listed_by_key_and_forgotten_back_to_pending(
+    store: Store,
+) -> None:
+    assert isinstance(store, FailureStore)
+    for key in ("k3", "k1", "k2"):
+        await _fail(store, key)
+    await _fail(store, "other", run_id="run-2")
+    done = await claim_one(store, "done")
+    await store.complete_many([Completion("done", done.lease_id, "1")], now=NOW + 1)
+
+    listed = await store.list_failed_receipts("run-1")
+    assert [r.key for r in listed] == ["k1", "k2", "k3"]
+    assert listed[0].error_json == '{"type":"ToolExecutionError","message":"k1"}'
+    page = await store.list_failed_receipts("run-1", after_key="k1", limit=1)
+    assert [r.key for r in page] == ["k2"]
+    # Only failed receipts of the run are forgotten; the rest are left as they are.
+    keys = ["k1", "k3", "k3", "done", "other", "missing"]
+    assert await store.forget_failed_receipts("run-1", keys, now=NOW + 2) == ["k1", "k3"]
+    forgotten = await receipt(store, "k1")
+    assert (forgotten.status, forgotten.error_json, forgotten.lease_id) == ("pending", None, None)
+    assert (forgotten.attempts, forgotten.updated_at) == (1, NOW + 2)
+    assert (await receipt(store, "k2")).status == "failed"
+    assert (await receipt(store, "done")).status == "completed"
+    assert (await receipt(store, "other")).status == "failed"
+    assert [r.key for r in await store.list_failed_receipts("run-1")] == ["k2"]
+    assert await store.forget_failed_receipts("run-1", ["k1"], now=NOW + 3) == []
+    # The next claim runs it again.
+    [again] = await claim(store, req("k1"), now=NOW + 3)
+    assert isinstance(again, Claimed)
+    assert again.attempt == 2

@@ -28,6 +28,7 @@ _BY_TYPE: dict[str, st.SearchStrategy[Any]] = {
     "float": st.floats(allow_nan=False, allow_infinity=False),
     "bool": st.booleans(),
     "dict[str, Any]": st.dictionaries(st.text(), _json_values, max_size=4),
+    "list[str]": st.lists(st.text(), max_size=3),
 }
 
 

@@ -313,7 +313,7 @@ async def test_the_same_id_with_another_content_is_refused(
 async def test_a_resend_to_a_completed_run_is_still_a_duplicate(store: WaitingStore) -> None:
     await register(store, wait())
     await store.send_event(event("e1"), now=NOW + 1)
-    await store.finish_attempt("run-1", "completed", now=NOW + 2)
+    await store.finish_attempt("run-1", "completed", attempt=1, now=NOW + 2)
     assert (await store.send_event(event("e1"), now=NOW + 3)).outcome == "duplicate"
 
 
@@ -422,7 +422,7 @@ async def test_an_event_for_a_run_that_is_over_is_refused(store: WaitingStore, s
     if status == "cancelled":
         await store.cancel_run("run-1", now=NOW + 1)
     else:
-        await store.finish_attempt("run-1", "completed", now=NOW + 1)
+        await store.finish_attempt("run-1", "completed", attempt=1, now=NOW + 1)
     before = await snapshot(store)
     with pytest.raises(EventRefused, match=status):
         await store.send_event(event(), now=NOW + 2)
@@ -431,7 +431,7 @@ async def test_an_event_for_a_run_that_is_over_is_refused(store: WaitingStore, s
 
 @pytest.mark.parametrize("status", ["waiting", "failed"])
 async def test_a_waiting_or_failed_run_takes_events(store: WaitingStore, status: Any) -> None:
-    await store.finish_attempt("run-1", status, now=NOW + 1)
+    await store.finish_attempt("run-1", status, attempt=1, now=NOW + 1)
     assert (await store.send_event(event(), now=NOW + 2)).outcome == "buffered"
 
 

@@ -13,6 +13,7 @@ token never change once written; a settled wait never changes again.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -307,7 +308,12 @@ def machine_for(make_store: Callable[[], Any]) -> type[RuleBasedStateMachine]:
             if how is None:
                 return
             if how == "complete":
-                self.portal.call(self.store.finish_attempt, RUN, "completed", now=self.now)
+                self.portal.call(
+                    functools.partial(self.store.finish_attempt, attempt=1),
+                    RUN,
+                    "completed",
+                    now=self.now,
+                )
                 self.model.run_status = "completed"
                 return
             count = self.portal.call(self.store.cancel_run, RUN, now=self.now)

@@ -1,6 +1,7 @@
-"""Schema version 2 (issue 22): a database made by version 1 migrates in place.
+"""Schema version 2 (issue 22): a database made by version 1 migrates in place;
+a wait's deadline survives a restart of the process unchanged.
 
-Each test builds a version-1 database from the statements kept in
+The migration tests build a version-1 database from the statements kept in
 ``tests/schema_v1.py`` (what trioplay wrote before waits), fills it the way
 a run did, opens it with today's store and checks that the run, its receipts
 and its sheet read back unchanged, that runs gained their lineage columns,
@@ -130,3 +131,33 @@ async def test_postgres_migrates_a_version_1_schema() -> None:
             await store.aclose()
     finally:
         drop_schema(schema)
+
+
+async def test_a_deadline_survives_a_restart_and_is_not_extended(tmp_path: Path) -> None:
+    # Acceptance 4, the store's part: register with a 1 h timeout, the process
+    # ends, a rerun 30 min later computes a new deadline: the stored one stays,
+    # and at 61 min the wait times out.
+    path = tmp_path / "restart.db"
+    start = 1_000_000.0
+    first = SqliteStore(path)
+    await first.open()
+    await first.begin_attempt("run-1", "enrich", "{}", now=start)
+    request = WaitRequest("w1", "run-1", "leads", "a", "approval", '"a"', start + 3600, "tok")
+    [registered] = await first.register_waits([request], now=start)
+    await first.aclose()
+
+    second = SqliteStore(path)
+    await second.open()
+    try:
+        rerun = WaitRequest("w1", "run-1", "leads", "a", "approval", '"a"', start + 5400, "new")
+        [again] = await second.register_waits([rerun], now=start + 1800)
+        assert again == registered
+        assert (again.deadline, again.token) == (start + 3600, "tok")
+        [at_60] = await second.poll_waits(["w1"], now=start + 3600)
+        assert at_60 is not None
+        assert at_60.status == "waiting"
+        [at_61] = await second.poll_waits(["w1"], now=start + 3660)
+        assert at_61 is not None
+        assert (at_61.status, at_61.settled_at) == ("timed_out", start + 3660)
+    finally:
+        await second.aclose()

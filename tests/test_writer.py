@@ -12,13 +12,17 @@ import trioplay
 from trioplay._cleanup import CleanupBudget
 from trioplay._cli._progress import MapProgress, RunOutcome, format_summary
 from trioplay._groups import open_nursery
+from trioplay._map._pages import Page
+from trioplay._map._plan import Plan
 from trioplay._map._writer import TerminalRow, TerminalRowWriter
 from trioplay._records import SheetRow
 from trioplay.stores.memory import MemoryStore
 
+PAGE = Page(0, Plan([]), None)  # type: ignore[arg-type]  # the writer needs only its lease
+
 
 def item(key: str, size: int = 10) -> TerminalRow:
-    return TerminalRow(SheetRow(key, int(key), "completed", "{}"), size, None, 0, None)
+    return TerminalRow(SheetRow(key, int(key), "completed", "{}"), size, PAGE, 0, None)
 
 
 class Harness:
@@ -188,8 +192,8 @@ class _CommitsThenLosesTheAnswer(MemoryStore):
         self.writes = 0
         self.lost = 0
 
-    async def write_terminal_rows(self, run_id: str, dataset: str, rows: Any) -> None:
-        await super().write_terminal_rows(run_id, dataset, rows)
+    async def write_terminal_rows(self, run_id: str, dataset: str, rows: Any, **kw: Any) -> Any:
+        written = await super().write_terminal_rows(run_id, dataset, rows, **kw)
         self.writes += 1
         if self.writes == 3:
             self.lost = len(rows)
@@ -198,6 +202,7 @@ class _CommitsThenLosesTheAnswer(MemoryStore):
                 " never confirmed",
                 outcome_unknown=True,
             )
+        return written
 
 
 async def test_rows_of_a_write_whose_outcome_is_unknown_are_reported_as_such() -> None:

@@ -26,10 +26,12 @@ if TYPE_CHECKING:
         EventRecord,
         PageClaim,
         Receipt,
+        RunLeases,
         RunRecord,
         SendResult,
         SheetEntry,
         SheetRow,
+        SheetWrite,
         Store,
         WaitRecord,
     )
@@ -79,8 +81,8 @@ class StoreWrapper:
     async def begin_attempt(self, *args: Any, **kwargs: Any) -> RunRecord:
         return await self._call("begin_attempt", *args, **kwargs)  # type: ignore[no-any-return]
 
-    async def finish_attempt(self, *args: Any, **kwargs: Any) -> None:
-        await self._call("finish_attempt", *args, **kwargs)
+    async def finish_attempt(self, *args: Any, **kwargs: Any) -> bool:
+        return await self._call("finish_attempt", *args, **kwargs)  # type: ignore[no-any-return]
 
     async def get_run(self, *args: Any, **kwargs: Any) -> RunRecord | None:
         return await self._call("get_run", *args, **kwargs)  # type: ignore[no-any-return]
@@ -91,11 +93,20 @@ class StoreWrapper:
     async def count_receipts(self, *args: Any, **kwargs: Any) -> dict[str, int]:
         return await self._call("count_receipts", *args, **kwargs)  # type: ignore[no-any-return]
 
+    async def list_failed_receipts(self, *args: Any, **kwargs: Any) -> list[Receipt]:
+        return await self._call("list_failed_receipts", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def forget_failed_receipts(self, *args: Any, **kwargs: Any) -> list[str]:
+        return await self._call("forget_failed_receipts", *args, **kwargs)  # type: ignore[no-any-return]
+
     async def count_rows(self, *args: Any, **kwargs: Any) -> dict[str, int]:
         return await self._call("count_rows", *args, **kwargs)  # type: ignore[no-any-return]
 
     async def list_datasets(self, *args: Any, **kwargs: Any) -> list[str]:
         return await self._call("list_datasets", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def run_leases(self, *args: Any, **kwargs: Any) -> dict[str, RunLeases]:
+        return await self._call("run_leases", *args, **kwargs)  # type: ignore[no-any-return]
 
     # -- ReceiptStore -----------------------------------------------------------
     async def claim_many(self, *args: Any, **kwargs: Any) -> list[ClaimOutcome]:
@@ -117,8 +128,8 @@ class StoreWrapper:
         return await self._call("get_many", *args, **kwargs)  # type: ignore[no-any-return]
 
     # -- SheetStore -------------------------------------------------------------
-    async def write_terminal_rows(self, *args: Any, **kwargs: Any) -> None:
-        await self._call("write_terminal_rows", *args, **kwargs)
+    async def write_terminal_rows(self, *args: Any, **kwargs: Any) -> list[SheetWrite]:
+        return await self._call("write_terminal_rows", *args, **kwargs)  # type: ignore[no-any-return]
 
     async def sheet_status(self, *args: Any, **kwargs: Any) -> dict[str, SheetEntry]:
         return await self._call("sheet_status", *args, **kwargs)  # type: ignore[no-any-return]

@@ -60,14 +60,12 @@ from ._common import (
     describe_error,
 )
 from ._parser import build_parser
+from ._stall import STALL_LOGGER, stall_sentence
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
 __all__ = ["main"]
-
-_STALL_LOGGER = "trioplay.stall"
-"""The stall observer's logger (engine/_map/_stall.py): its lines are never collapsed."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -100,7 +98,8 @@ class _LogHandler(logging.Handler):
     store failure, one per call that was in flight) is shown once; how many
     more there were is said by :meth:`say_repeats`. Stall lines
     (``trioplay.stall``) are periodic reports, each one news, and always
-    shown; with ``--debug`` every line is.
+    shown, each as one sentence (:mod:`._stall`; ``--debug`` shows their
+    JSON); with ``--debug`` every line is.
     """
 
     def __init__(self) -> None:
@@ -112,7 +111,10 @@ class _LogHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = self.format(record)
-            if self.collapse and record.levelno >= logging.WARNING and record.name != _STALL_LOGGER:
+            if record.name == STALL_LOGGER:
+                sentence = stall_sentence(record) if self.collapse else None
+                text = f"{record.name}: {sentence}" if sentence is not None else text
+            elif self.collapse and record.levelno >= logging.WARNING:
                 key = (record.name, record.msg)
                 seen = self._repeats.get(key)
                 if seen is not None:

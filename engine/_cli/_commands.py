@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -22,7 +23,9 @@ from trioplay.stores.sqlite import path_problem
 
 from .._json import canonical_json
 from .._plugins import open_store
+from .._retry import recorded_failures
 from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
+from .._store import FailureStore
 from ._common import (
     DEMO_STORE_URL,
     EXIT_EXPORT_FAILED,
@@ -45,6 +48,7 @@ from ._export import (
     format_for,
     open_output,
 )
+from ._failures import FailureKind, bug_line, bug_notes, read_failures
 from ._paths import Guarded, check_outputs, input_files, sqlite_files, store_problem
 from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
 from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
@@ -57,6 +61,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import AsyncIterator, Sequence
 
+    from .._records import RunLeases, RunRecord
     from .._store import Store
     from .._tools import ToolRegistry
     from .._trace import Recorder
@@ -132,6 +137,18 @@ def _kept(config: Config) -> list[Guarded]:
     return kept
 
 
+def _run_outputs(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`_RunSpec` fields of what ``run`` and ``demo`` write (``_add_run_outputs``)."""
+    return {
+        "out": args.out,
+        "format": args.format,
+        "status": args.status,
+        "events": args.events,
+        "trace": args.trace,
+        "json": args.json,
+    }
+
+
 def _recordings(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     """The outputs of ``run`` and ``demo``, in the order they are checked."""
     return [("--events", args.events), ("--trace", args.trace), ("--out", args.out)]
@@ -177,6 +194,8 @@ class _Finished:
     run_id: str | None = None
     export_error: Exception | None = None
     notes: tuple[str, ...] = ()  # lines after the summary: outputs that hold no row
+    failures: dict[str, list[FailureKind]] = attrs.field(factory=dict)  # by dataset
+    bugs: list[dict[str, Any]] = attrs.field(factory=list)  # see _failures.bug_notes
 
 
 def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
@@ -195,13 +214,8 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
         # the leads, not a file (see _demo.demo_leads).
         run_id=f"demo-{rows}",
         store=store,
-        out=args.out,
-        format=args.format,
-        status=args.status,
-        events=args.events,
-        trace=args.trace,
         kept=tuple(kept),
-        json=args.json,
+        **_run_outputs(args),
     )
     return _execute(spec, session)
 
@@ -224,14 +238,9 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             input=input,
             run_id=args.run_id,
             store=store,
-            out=args.out,
-            format=args.format,
-            status=args.status,
             settings=settings,
-            events=args.events,
-            trace=args.trace,
             kept=tuple(kept),
-            json=args.json,
+            **_run_outputs(args),
         )
         return _execute(spec, session)
 
@@ -283,11 +292,26 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     sheets = finished.sheets if finished is not None else {}
     outputs = finished.outputs if finished is not None else []
     notes = finished.notes if finished is not None else ()
+    failures = finished.failures if finished is not None else {}
+    bugs = finished.bugs if finished is not None else []
     if spec.json:
-        data = summary_data(reporter.outcome, maps, sheets=sheets, outputs=outputs, notes=notes)
+        data = summary_data(
+            reporter.outcome,
+            maps,
+            sheets=sheets,
+            outputs=outputs,
+            notes=notes,
+            failures=failures,
+            bugs=bugs,
+        )
         print(json.dumps(data, ensure_ascii=False), file=summary)
     else:
-        print(format_summary(reporter.outcome, maps, sheets=sheets, outputs=outputs), file=summary)
+        text = format_summary(
+            reporter.outcome, maps, sheets=sheets, outputs=outputs, failures=failures
+        )
+        print(text, file=summary)
+        for bug in bugs:
+            print(bug_line(bug), file=summary)
         for note in notes:
             print(note, file=summary)
     summary.flush()
@@ -359,6 +383,12 @@ async def _run_recorded(
         try:
             datasets = await rt.store.list_datasets(run_id)
             sheets = {name: await rt.store.count_rows(run_id, name) for name in datasets}
+            failures = {
+                name: await read_failures(rt.store, run_id, name)
+                for name, counts in sheets.items()
+                if counts.get("failed")
+            }
+            bugs = await _bugs(rt.store, run_id) if failures else []
             # A dataset with no row has no sheet to list, and is exported all the same.
             datasets += [name for name in reporter.maps if name not in datasets]
         except Exception:
@@ -368,27 +398,46 @@ async def _run_recorded(
         outputs: list[OutputFile] = []
         notes: list[str] = []
         if error is not None or spec.out is None or not datasets:
-            return _Finished(error, sheets, outputs, run_id)
+            return _Finished(error, sheets, outputs, run_id, failures=failures, bugs=bugs)
         try:
             paths = _output_paths(spec.out, datasets)
             if len(paths) > 1:  # names made from --out: checked as --out was
                 check_outputs([("--out", path) for path in paths.values()], _outputs_kept(spec))
             for name, path in paths.items():
                 fmt = spec.format or format_for(path)
+                state = reporter.maps.get(name)
                 exported = await export_dataset(
-                    rt.store, run_id, name, path, fmt=fmt, status=spec.status
+                    rt.store,
+                    run_id,
+                    name,
+                    path,
+                    fmt=fmt,
+                    status=spec.status,
+                    columns=state.columns if state is not None else (),
                 )
                 outputs.append(OutputFile(path, name, exported.rows))
                 if not exported.rows:
-                    notes.append(_no_rows(path, name, spec.status, exported))
+                    empty = not any(sheets.get(name, {}).values())
+                    notes.append(_no_rows(path, name, spec.status, exported, empty=empty))
         except Exception as exc:
             exc.add_note(f"trioplay: writing --out {spec.out} failed")
-            return _Finished(None, sheets, outputs, run_id, export_error=exc)
-        return _Finished(None, sheets, outputs, run_id, notes=tuple(notes))
+            return _Finished(None, sheets, outputs, run_id, export_error=exc, failures=failures)
+        return _Finished(None, sheets, outputs, run_id, notes=tuple(notes), failures=failures)
 
 
-def _no_rows(path: str, dataset: str, status: StatusFilter, exported: Exported) -> str:
+async def _bugs(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The run's recorded failures that are probably bugs, each with its retry command."""
+    if not isinstance(store, FailureStore):
+        return []
+    return bug_notes(await recorded_failures(store, run_id), run_id, store.url)
+
+
+def _no_rows(
+    path: str, dataset: str, status: StatusFilter, exported: Exported, *, empty: bool = False
+) -> str:
     """The line that says an output holds no row, and what it holds instead."""
+    if empty:  # its sheet holds nothing: the input had no row
+        return f"  {path}: {dataset} had no input rows, so {_holds(exported)}"
     rows = "rows" if status == "all" else f"{status} rows"
     return f"  {path}: {dataset} has no {rows}, so {_holds(exported)}"
 
@@ -419,8 +468,12 @@ def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, str]:
 
 
 def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
-    runs = trio.run(_runs_listed, store, args.limit)
+    settings = _config_for(args, Path.cwd()).settings
+    store = _store_for(settings.store, must_exist=True)
+    now = time.time()
+    runs = trio.run(
+        partial(_runs_listed, store, args.limit, lease_ttl=settings.limits.lease_ttl, now=now)
+    )
     if args.json:
         print(json.dumps(runs, ensure_ascii=False, indent=2))
     elif not runs:
@@ -429,20 +482,30 @@ def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
         table = [("RUN ID", "PLAY", "STATUS", "ATTEMPT", "UPDATED", "ROWS")]
         for run in runs:
             updated = _timestamp(run["updated_at"])
-            row = (run["run_id"], run["play"], run["status"], str(run["attempt"]), updated)
+            status = run["status"]
+            if run["probably_dead"]:
+                beat = run["last_heartbeat"]
+                status += f", probably dead: last heartbeat {_timestamp(beat)} ({_ago(beat, now)})"
+            row = (run["run_id"], run["play"], status, str(run["attempt"]), updated)
             table.append((*row, f"{run['rows']:,}"))
         print(_format_table(table, right=(3, 5)))
     return EXIT_OK
 
 
-async def _runs_listed(store: Store, limit: int) -> list[dict[str, Any]]:
+async def _runs_listed(
+    store: Store, limit: int, *, lease_ttl: float, now: float
+) -> list[dict[str, Any]]:
     """The most recent runs, newest first, as ``runs list --json`` prints them."""
     listed = []
     async with _opened(store):
-        for record in await store.list_runs(limit=limit):
+        records = await store.list_runs(limit=limit)
+        running = [record.run_id for record in records if record.status == "running"]
+        leases = await store.run_leases(running) if running else {}
+        for record in records:
             rows = 0
             for dataset in await store.list_datasets(record.run_id):
                 rows += sum((await store.count_rows(record.run_id, dataset)).values())
+            dead, beat = _liveness(record, leases.get(record.run_id), lease_ttl, now)
             listed.append(
                 {
                     "run_id": record.run_id,
@@ -452,9 +515,41 @@ async def _runs_listed(store: Store, limit: int) -> list[dict[str, Any]]:
                     "created_at": _iso(record.created_at),
                     "updated_at": _iso(record.updated_at),
                     "rows": rows,
+                    "probably_dead": dead,
+                    "last_heartbeat": None if beat is None else _iso(beat),
                 }
             )
     return listed
+
+
+def _liveness(
+    record: RunRecord, leases: RunLeases | None, lease_ttl: float, now: float
+) -> tuple[bool, float | None]:
+    """Is a ``running`` run probably dead, and when was its last heartbeat?
+
+    A process that runs a run renews the leases of its receipts and pages
+    every ``lease_ttl / 2``. A run none of whose leases is live, and whose
+    last sign of life (its last heartbeat: the latest lease renewal, or the
+    attempt's start if later) is older than ``lease_ttl``, has no process
+    renewing anything: it probably died (killed, or its machine lost).
+    """
+    if record.status != "running":
+        return False, None
+    beat = record.updated_at
+    if leases is not None and leases.renewed_at is not None:
+        beat = max(beat, leases.renewed_at)
+    live = leases is not None and leases.expires_at is not None and leases.expires_at > now
+    return not live and beat + lease_ttl <= now, beat
+
+
+def _ago(moment: str, now: float) -> str:
+    """``4m12s ago`` for an ISO time as :func:`_iso` wrote it."""
+    seconds = max(0, int(now - datetime.fromisoformat(moment).timestamp()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m ago"
+    return f"{minutes}m{seconds:02d}s ago" if minutes else f"{seconds}s ago"
 
 
 def _format_table(table: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> str:

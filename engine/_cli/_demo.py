@@ -37,7 +37,7 @@ import trioplay
 from trioplay.adapters import Latency, SimulatedProvider
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from contextlib import AbstractContextManager
 
 PLAY_NAME = "enrich-leads"
@@ -189,24 +189,37 @@ def _company(input: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _finder_a(input: dict[str, Any]) -> dict[str, Any]:
-    domain = str(input["domain"])
-    if _fraction("finder_a", domain) >= 0.7:
-        return {"email": None}
-    first = str(input.get("first_name", "")).lower()
-    last = str(input.get("last_name", "")).lower()
-    local = f"{first}.{last}" if first and last else "contact"
-    return {"email": f"{local}@{domain}", "confidence": 0.9}
+def _email_finder(
+    name: str, *, finds: float, local: Callable[[str, str], str], fallback: str, confidence: float
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A finder that knows an address for a ``finds`` share of domains, spelled by ``local``."""
+
+    def find(input: dict[str, Any]) -> dict[str, Any]:
+        domain = str(input["domain"])
+        if _fraction(name, domain) >= finds:
+            return {"email": None}
+        first = str(input.get("first_name", "")).lower()
+        last = str(input.get("last_name", "")).lower()
+        part = local(first, last) if first and last else fallback
+        return {"email": f"{part}@{domain}", "confidence": confidence}
+
+    return find
 
 
-def _finder_b(input: dict[str, Any]) -> dict[str, Any]:
-    domain = str(input["domain"])
-    if _fraction("finder_b", domain) >= 0.6:
-        return {"email": None}
-    first = str(input.get("first_name", "")).lower()
-    last = str(input.get("last_name", "")).lower()
-    local = f"{first[:1]}{last}" if first and last else "info"
-    return {"email": f"{local}@{domain}", "confidence": 0.6}
+_finder_a = _email_finder(
+    "finder_a",
+    finds=0.7,
+    local=lambda first, last: f"{first}.{last}",
+    fallback="contact",
+    confidence=0.9,
+)
+_finder_b = _email_finder(
+    "finder_b",
+    finds=0.6,
+    local=lambda first, last: f"{first[:1]}{last}",
+    fallback="info",
+    confidence=0.6,
+)
 
 
 # -- the bundled leads ----------------------------------------------------

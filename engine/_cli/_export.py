@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import os
@@ -28,7 +29,7 @@ import trio
 from ._common import UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+    from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 
     from .._records import RowStatus, SheetRow
     from .._store import Store
@@ -56,6 +57,7 @@ async def export_dataset(
     *,
     fmt: Format,
     status: StatusFilter = "completed",
+    columns: Sequence[str] = (),
 ) -> Exported:
     """Write one dataset sheet to ``path`` page by page; say how many rows and columns.
 
@@ -63,26 +65,29 @@ async def export_dataset(
     reads the sheet twice: once for the column names, once to write, and the
     second pass stops at the last row the first one saw. When no row has
     ``status``, the header is that of the sheet's other rows, so that the
-    file still says what its columns are; an empty sheet has none, and its
-    file is empty. ``path`` is ``-`` for standard output; see the module
+    file still says what its columns are; for an empty sheet it is
+    ``columns`` (the map's, from its ``map.started`` event), and without
+    those the file is empty. ``path`` is ``-`` for standard output; see the module
     docstring for the other kinds.
     """
     wanted: RowStatus | None = None if status == "all" else status
     last_position: int | None = None
     header: list[str] = []
     if fmt == "csv":
-        columns: dict[str, None] = {}
+        seen: dict[str, None] = {}
         pages = _sheet_pages(store, run_id, dataset, wanted, None)
         async with contextlib.aclosing(pages):
             async for page in pages:
                 for row in page:
-                    columns.update(dict.fromkeys(_record(row, status)))
+                    seen.update(dict.fromkeys(_record(row, status)))
                 last_position = page[-1].position
         if last_position is None:
             last_position = -1  # no row to write: the header only
-            columns = await _columns_of_any_row(store, run_id, dataset)
-        header = [name for name in columns if name not in _EXTRA_COLUMNS]
-        header += [name for name in _EXTRA_COLUMNS if name in columns]
+            found = await _columns_of_any_row(store, run_id, dataset) or dict.fromkeys(columns)
+        else:
+            found = seen
+        header = [name for name in found if name not in _EXTRA_COLUMNS]
+        header += [name for name in _EXTRA_COLUMNS if name in found]
     count = 0
     async with open_output(os.fspath(path)) as file:
         if fmt == "csv" and header:
@@ -116,6 +121,21 @@ async def _columns_of_any_row(store: Store, run_id: str, dataset: str) -> dict[s
     return columns
 
 
+@contextlib.contextmanager
+def written(path: str) -> Iterator[None]:
+    """An OS error while finishing ``path`` (the files' names, as given) as a
+    :class:`UsageError` naming it, never the partial file's name, and saying what to do."""
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(
+            f"cannot write {path}: {reason}; free some space, or name a path on another file system"
+            if exc.errno == errno.ENOSPC
+            else f"cannot write {path}: {reason}; name a path in a writable directory"
+        ) from exc
+
+
 @contextlib.asynccontextmanager
 async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterator[Any]:
     """An async text file for ``path``, by kind (see the module docstring).
@@ -142,8 +162,15 @@ async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterato
             lambda: open(target, "w", encoding="utf-8", newline=""),
             abandon_on_cancel=True,
         )
-        async with trio.wrap_file(raw) as file:
-            yield file
+        device = trio.wrap_file(raw)
+        try:
+            yield device
+        except BaseException:
+            with trio.CancelScope(shield=True), contextlib.suppress(OSError):
+                await device.aclose()  # the body's error is the one to say
+            raise
+        with written(path):  # the last of the text is written on close (/dev/full)
+            await device.aclose()
         return
     partial = trio.Path(partial_path(target))
     try:
@@ -159,7 +186,8 @@ async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterato
     try:
         async with file:
             yield file
-        await partial.replace(target)
+        with written(path):
+            await partial.replace(target)
     except BaseException:
         with trio.CancelScope(shield=True):
             if keep_on_error:

@@ -25,6 +25,7 @@ from ._commands import (
 )
 from ._common import DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
 from ._config import CONFIG_FILE, parse_limit
+from ._retry import add_retry_command
 from ._scenario import add_scenario_commands
 
 _TOOLS_HELP = """\
@@ -141,9 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--out", metavar="FILE", default=DEMO_OUT, help=f"output file (default: {DEMO_OUT})"
     )
-    _add_output_options(demo)
-    _add_recording_options(demo)
-    _add_json_option(demo, "print the summary as one JSON object (docs/cli.md has its keys)")
+    _add_run_outputs(demo)
     demo.set_defaults(command=_cmd_demo)
 
     run = commands.add_parser(
@@ -171,9 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="export the datasets the run wrote: one dataset to FILE (- for standard "
         "output), several to FILE-stem.<dataset>.<ext>",
     )
-    _add_output_options(run)
-    _add_recording_options(run)
-    _add_json_option(run, "print the summary as one JSON object (docs/cli.md has its keys)")
+    _add_run_outputs(run)
     run.set_defaults(command=_cmd_run)
 
     timeline = commands.add_parser(
@@ -227,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_option(export)
     _add_output_options(export)
     export.set_defaults(command=_cmd_export)
+    add_retry_command(commands, common, run_id=check_run_id, store_option=_add_store_option)
 
     config = commands.add_parser(
         "config",
@@ -279,6 +277,13 @@ def _add_run_settings(parser: argparse.ArgumentParser) -> None:
         type=_limit,
         help="set one trioplay.Limits field, e.g. page_size=500 (repeatable)",
     )
+
+
+def _add_run_outputs(parser: argparse.ArgumentParser) -> None:
+    """What ``run`` and ``demo`` write besides the store: rows, recordings, the summary."""
+    _add_output_options(parser)
+    _add_recording_options(parser)
+    _add_json_option(parser, "print the summary as one JSON object (docs/cli.md has its keys)")
 
 
 def _add_recording_options(parser: argparse.ArgumentParser) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import attrs
 
 from .._trace._listen import EventStream
+from ._failures import failures_line
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from .._events import RuntimeEvent
+    from ._failures import FailureKind
 
 
 @attrs.define
@@ -47,6 +49,7 @@ class MapProgress:
     skipped: int = 0
     duplicates: int = 0
     unconfirmed: int = 0  # rows of a write whose outcome is unknown
+    columns: tuple[str, ...] = ()  # as map.started said: a header for an empty sheet
     at: float = 0.0
     finished: bool = False
     last_line_at: float | None = None
@@ -84,6 +87,9 @@ class MapProgress:
         self.skipped = int(data.get("skipped", self.skipped))
         self.duplicates = int(data.get("duplicates", self.duplicates))
         self.unconfirmed = int(data.get("unconfirmed", self.unconfirmed))
+        columns = data.get("columns")
+        if isinstance(columns, list):
+            self.columns = tuple(str(name) for name in columns)
 
 
 @attrs.define
@@ -347,13 +353,16 @@ def format_summary(
     sheets: Mapping[str, Mapping[str, int]] | None = None,
     outputs: Sequence[OutputFile] = (),
     elapsed: float | None = None,
+    failures: Mapping[str, Sequence[FailureKind]] | None = None,
 ) -> str:
     """The end-of-run summary, several lines, for stdout.
 
     ``maps`` are this attempt's counts; ``sheets`` the rows each dataset's
-    sheet holds now (every attempt together), by status.
+    sheet holds now (every attempt together), by status; ``failures`` why
+    each dataset's failed rows failed (a line under the dataset's).
     """
     sheets = sheets or {}
+    failures = failures or {}
     status = outcome.status or "unknown"
     head = f"run {outcome.run_id or '?'}: {status}"
     details = []
@@ -385,6 +394,8 @@ def format_summary(
             held = f"{sheet.get('completed', 0):,} completed, {sheet.get('failed', 0):,} failed"
             text += f"; sheet holds {held}" if state is not None else f"sheet holds {held}"
         lines.append(text)
+        if failures.get(name):
+            lines.append(f"    {failures_line(failures[name])}")
     stats = outcome.stats
     lines.append(f"  provider calls: {stats.get('provider_calls', 0):,}")
     lines.append(f"  replayed receipts: {stats.get('replayed', 0):,}")

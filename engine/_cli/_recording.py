@@ -15,7 +15,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from .._trace import ChromeTraceSink, JsonlSink, Recorder
-from ._export import open_output
+from ._export import open_output, written
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -46,4 +46,6 @@ async def open_recording(
         try:
             yield recorder
         finally:
-            recorder.close()
+            # The sinks write their last lines now: a full disk says so here.
+            with written(" and ".join(path for path in (events, trace) if path is not None)):
+                recorder.close()

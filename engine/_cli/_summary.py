@@ -12,10 +12,16 @@ JSON. The keys:
   dataset this attempt ran, ``completed``, ``failed``, ``skipped``,
   ``duplicates`` and ``unconfirmed`` (rows of a write whose outcome is
   unknown); ``sheet``, what its sheet holds over every attempt
-  (``completed``, ``failed``), when the command could count it;
+  (``completed``, ``failed``), when the command could count it; ``failures``,
+  why its failed rows failed: one object per error type, most frequent first,
+  with ``type``, ``count`` and the first row's ``example`` message and ``key``
+  (the text's line under the dataset, every type);
 - ``provider_calls``, ``replayed``, ``failed_calls``: the text's three call
   lines; ``stats``: every counter of the attempt (``docs/events.md``,
   ``run.finished``);
+- ``bugs``: the run's recorded failures that are probably bugs in a tool,
+  by tool and type (``tool``, ``type``, ``count``, ``example``) with the
+  ``retry`` command that forgets them (``None`` for ``memory://``);
 - ``outputs``: ``path``, ``dataset``, ``rows`` of each file written;
   ``notes``: the lines said after the summary (an output with no row).
 """
@@ -24,9 +30,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._failures import failures_data
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from ._failures import FailureKind
     from ._progress import MapProgress, OutputFile, RunOutcome
 
 
@@ -37,9 +46,12 @@ def summary_data(
     sheets: Mapping[str, Mapping[str, int]] | None = None,
     outputs: Sequence[OutputFile] = (),
     notes: Sequence[str] = (),
+    failures: Mapping[str, Sequence[FailureKind]] | None = None,
+    bugs: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The summary of one run as a JSON-able dict (see the module docstring)."""
     sheets = sheets or {}
+    failures = failures or {}
     by_name = {state.name: state for state in maps}
     datasets = []
     for name in [*by_name, *(name for name in sheets if name not in by_name)]:
@@ -59,6 +71,8 @@ def summary_data(
                 "completed": sheet.get("completed", 0),
                 "failed": sheet.get("failed", 0),
             }
+        if failures.get(name):
+            entry["failures"] = failures_data(failures[name])
         datasets.append(entry)
     stats = outcome.stats
     status = outcome.status or "unknown"
@@ -77,6 +91,7 @@ def summary_data(
             {"path": output.path, "dataset": output.dataset, "rows": output.rows}
             for output in outputs
         ],
+        "bugs": [dict(bug) for bug in bugs],
         "notes": [note.strip() for note in notes],
         "error": outcome.error if outcome.error and status != "completed" else None,
     }

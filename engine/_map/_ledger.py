@@ -4,7 +4,8 @@ What a map reports (completed, failed, skipped, duplicates, unconfirmed) is
 counted here and nowhere else: rows skipped as the pages are planned
 (:meth:`CommitLedger.planned`), rows committed as the terminal-row writer
 confirms each batch (:meth:`CommitLedger.committed`, the writer's
-``on_commit``), rows of a write whose outcome is unknown
+``on_commit``), rows the store refused to write (:meth:`CommitLedger.refused`,
+the writer's ``on_refused``), rows of a write whose outcome is unknown
 (:meth:`CommitLedger.unconfirmed_rows`, the writer's ``on_unconfirmed``). A
 row counts as completed or failed only once its batch has committed.
 """
@@ -18,6 +19,7 @@ from ._report import MapCounts
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._records import SheetWrite
     from ._plan import Plan
     from ._report import MapReport
     from ._result import MapResult
@@ -72,6 +74,26 @@ class CommitLedger:
             else:
                 result.failed_count += 1
                 item.page.row_committed(item.token, False)
+        self._report.changed()
+
+    def refused(self, items: list[tuple[TerminalRow, SheetWrite]]) -> None:
+        """Rows the store did not write (the writer's ``on_refused``).
+
+        ``kept``: the row failed here, but the key is completed in the sheet
+        (a peer ran it): counted as skipped. ``fenced``: the row's page
+        passed to another process, which runs it: not counted here, and the
+        page is given up (:meth:`Page.lose`) if it still runs.
+        """
+        result = self.result
+        done = self._done
+        for item, answer in items:
+            done(item.row.key)
+            page = item.page
+            if answer == "kept":
+                result.skipped_count += 1
+            elif page.lose():
+                self._report.page_lost(page.offset)
+            page.row_committed(item.token, True)
         self._report.changed()
 
     def unconfirmed_rows(self, count: int) -> None:

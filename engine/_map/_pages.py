@@ -46,14 +46,18 @@ class PageState(enum.Enum):
                     ``RELEASED``
     ``DRAINED``     ``LOST`` (the lease was found gone before the page was
                     finished in the store; its rows are committed anyway)
-    ``LOST``        nothing: the lease passed to another process
-                    (:meth:`PageLeases.keep`) and the page's unfinished
-                    rows are cancelled and left to it
+    ``LOST``        nothing: the lease passed to another process (found
+                    by :meth:`PageLeases.keep`, or by a sheet write the
+                    store fenced off); the page's unfinished rows are
+                    cancelled and left to it (:meth:`Page.lose`)
     ``RELEASED``    nothing: the page was cancelled with rows unfinished
                     and its lease given back (:meth:`PageLeases.keep`)
     ==============  ======================================================
 
-    A page is finished in the store only from ``DRAINED``.
+    A page is finished in the store only from ``DRAINED``. A page that
+    ends ``LOST`` still tells the page loop it has started (the loop never
+    waits for it), gives back what its rows held, and is revisited at the
+    end of the map like a page a live peer holds.
     """
 
     STARTING = "starting"  # its rows are being admitted and started
@@ -85,10 +89,13 @@ class Page:
     offset: int
     plan: Plan
     observer: MapStallObserver
+    lease: PageLease | None = None  # what its sheet rows are written under
     state: PageState = STARTING
     outstanding: int = 0  # rows started and not yet settled
     failed: int = 0  # rows committed as failed
     settled: trio.Event = attrs.field(factory=trio.Event)  # set on DRAINED
+    scope: trio.CancelScope | None = None  # the page's work, cancelled when it is lost
+    checking: trio.Event | None = None  # a check of its lease in flight (PageLeases.check)
 
     def move(self, to: PageState) -> None:
         """Move the page to ``to``; a move the table of :class:`PageState` lacks is a bug."""
@@ -97,6 +104,19 @@ class Page:
         self.state = to
         if to is DRAINED:
             self.settled.set()
+
+    def lose(self) -> bool:
+        """The page's lease passed to another process: stop its work.
+
+        Moves the page to ``LOST`` and cancels its rows; ``False`` if it had
+        already ended so (lost, or released), when there is nothing to do.
+        """
+        if self.state is LOST or self.state is RELEASED:
+            return False
+        self.move(LOST)
+        if self.scope is not None:
+            self.scope.cancel()
+        return True
 
     def all_started(self) -> None:
         """Every row of the page has started (a page lost or released meanwhile stays so)."""
@@ -188,7 +208,7 @@ class PageLeases:
                 return claim
             await trio.sleep(self.limits.page_wait_delay)
 
-    async def keep(self, lease: PageLease, page: Page, scope: trio.CancelScope) -> None:
+    async def keep(self, lease: PageLease, page: Page) -> None:
         """Renew a page lease every ``lease_ttl / 2``; give the page up if it is gone.
 
         A lost page lease means another process took the page over (ours
@@ -203,7 +223,7 @@ class PageLeases:
                     [lease], lease_ttl=ttl, now=self.wall_clock()
                 )
             except trio.Cancelled:
-                if page.state is not DRAINED:
+                if page.state is STARTING or page.state is RUNNING:
                     # Cancelled with rows unfinished: give the page up now,
                     # while the rows clean up, not after them (the two share
                     # one cleanup budget).
@@ -214,13 +234,46 @@ class PageLeases:
                 log.warning("page lease heartbeat failed: %s", exc)
                 continue
             if expiry is None:
-                page.move(LOST)
-                self.report.page_lost(lease.offset)
-                scope.cancel()
+                self.lost(page)
                 return
 
-    async def finish(self, lease: PageLease, page: Page) -> None:
-        await self.store.finish_page(
+    async def check(self, page: Page) -> None:
+        """Check the page's lease now: a row of it found a receipt lease gone.
+
+        A receipt lease lost under a running row most often means this
+        process was paused past its leases and a peer took the page over;
+        then the page is lost (its rows, this one included, are cancelled)
+        rather than its rows failing one by one. Rows that ask together share
+        one check. If the lease is still ours, or the store does not answer,
+        this returns and the row fails as it would have.
+        """
+        if page.checking is not None:
+            await page.checking.wait()
+            return
+        if page.lease is None:
+            return
+        page.checking = checking = trio.Event()
+        try:
+            (expiry,) = await self.store.heartbeat_pages(
+                [page.lease], lease_ttl=self.limits.lease_ttl, now=self.wall_clock()
+            )
+            if expiry is None:
+                self.lost(page)  # before the others wake: they are cancelled with it
+        except Exception as exc:
+            log.warning("page lease check failed: %s", exc)
+        finally:
+            page.checking = None
+            checking.set()
+        await trio.lowlevel.checkpoint()  # a row of a lost page is cancelled here
+
+    def lost(self, page: Page) -> None:
+        """The page was found taken over: stop it, and say so once."""
+        if page.lose():
+            self.report.page_lost(page.offset)
+
+    async def finish(self, lease: PageLease, page: Page) -> bool:
+        """Mark the page done (fenced); ``False`` if its lease had passed to another process."""
+        return await self.store.finish_page(
             lease, attempt=self.attempt, failed=page.failed, now=self.wall_clock()
         )
 

@@ -12,6 +12,8 @@ from .._json import dumps
 from .._sources import row_origin
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .._records import SheetEntry
     from .._store import SheetStore
 
@@ -59,7 +61,13 @@ class RowPlanner:
     attempt: int
     in_flight: set[str] = attrs.field(factory=set)
 
-    async def plan(self, chunk: list[Any], offset: int) -> Plan:
+    async def plan(self, chunk: list[Any], offset: int, *, again: bool = False) -> Plan:
+        """Key the rows of ``chunk`` and keep those that must run.
+
+        ``again``: the page was planned before in this attempt and lost to
+        another process; the rows this attempt committed then are counted
+        already, and are neither run nor counted again.
+        """
         keyed: list[tuple[int, str, dict[str, Any]]] = []
         rejected: dict[str, PlayInputError] = {}
         for index, raw in enumerate(chunk):
@@ -86,6 +94,8 @@ class RowPlanner:
                 plan.skipped += 1
             elif entry is not None and (entry.status == "completed" or entry.attempt == attempt):
                 if entry.attempt == attempt:
+                    if again:
+                        continue
                     plan.duplicates += 1
                 else:
                     plan.foreign = True
@@ -123,8 +133,13 @@ class RowPlanner:
         )
 
     def give_back(self, plan: Plan) -> None:
-        for _, key, _ in plan.rows:
-            self.in_flight.discard(key)
+        self.give_back_keys(key for _, key, _ in plan.rows)
+
+    def give_back_keys(self, keys: Iterable[str]) -> None:
+        """These keys are no longer in flight here (their page was given up or lost)."""
+        in_flight = self.in_flight
+        for key in keys:
+            in_flight.discard(key)
 
     def done(self, key: str) -> None:
         self.in_flight.discard(key)

@@ -86,10 +86,11 @@ class MapReport:
         self._dirty = False  # counts changed since the last progress event
 
     # -- the whole map ------------------------------------------------------
-    def started(self, total: int | None) -> None:
+    def started(self, total: int | None, columns: Sequence[str] = ()) -> None:
+        """``columns``: the input's fields when its source names them, then the computed ones."""
         self._total = total
         if self._facts is not None:
-            self._facts.add(MapStarted, self._run_id, self.name, total)
+            self._facts.add(MapStarted, self._run_id, self.name, total, list(columns))
 
     def progress(self, counts: MapCounts) -> None:
         if self._facts is not None:

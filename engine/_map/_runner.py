@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from .._errors import (
+    LeaseLost,
     MapMemoryLimitError,
     PersistenceLatchTripped,
     PlayDefinitionError,
@@ -92,6 +93,7 @@ async def run_map(
         cleanup=services.cleanup,
         on_commit=ledger.committed,
         on_unconfirmed=ledger.unconfirmed_rows,
+        on_refused=ledger.refused,
         report=report,
     )
     status = "failed"
@@ -102,7 +104,8 @@ async def run_map(
             ledger.forget_retained()
         services.datasets.add(name)
         opened = await open_source(name, source)
-        report.started(opened.total)
+        computed = [column for column, _ in columns]
+        report.started(opened.total, list(dict.fromkeys([*opened.fields, *computed])))
         try:
             async with open_nursery() as nursery:
                 async with open_terminal_writer(writer):
@@ -161,6 +164,7 @@ class _MapRun:
         self.writer = writer
         self.admission = RowAdmission(services.row_limiter, services.row_budget)
         self.pages = PageLeases.of_map(services, name, self.report)
+        self.lost: list[tuple[int, int]] = []  # (offset, length) of pages lost to a peer
 
     async def run_pages(
         self, rows: Iterator[Any], reread: Callable[[int, int], list[Any]] | None
@@ -194,13 +198,36 @@ class _MapRun:
                 elif started is None:
                     # Keep the rows only if the source cannot be read again.
                     held.append((offset, None if reread else chunk, len(chunk)))
-            for offset, kept, length in held:
-                await previous.wait()
-                claim = await self.pages.wait_for(offset)
-                chunk = kept if kept is not None else reread(offset, length)  # type: ignore[misc]
-                started = await self._try_page(pages, chunk, offset, claim)
-                if isinstance(started, trio.Event):
-                    previous = started
+            await self._revisit(pages, held, previous, reread, again=False)
+        # Pages lost to a peer are waited for like held ones, once every page
+        # of ours has ended: the map returns when every page is done. Their
+        # rows are gone from memory, so only a source that reads again can.
+        while self.lost and reread is not None:
+            held = [(offset, None, length) for offset, length in self.lost]
+            self.lost.clear()
+            async with open_nursery() as pages:
+                await self._revisit(pages, held, previous, reread, again=True)
+
+    async def _revisit(
+        self,
+        pages: trio.Nursery,
+        held: list[tuple[int, list[Any] | None, int]],
+        previous: trio.Event,
+        reread: Callable[[int, int], list[Any]] | None,
+        *,
+        again: bool,
+    ) -> None:
+        """Wait for each page a peer held until it is done or ours, and run it if ours.
+
+        ``again``: the pages were run here before and lost (see :meth:`RowPlanner.plan`).
+        """
+        for offset, kept, length in held:
+            await previous.wait()
+            claim = await self.pages.wait_for(offset)
+            chunk = kept if kept is not None else reread(offset, length)  # type: ignore[misc]
+            started = await self._try_page(pages, chunk, offset, claim, again=again)
+            if isinstance(started, trio.Event):
+                previous = started
 
     async def _try_page(
         self,
@@ -208,6 +235,8 @@ class _MapRun:
         chunk: list[Any],
         offset: int,
         claim: PageLease | Literal["held", "done"] | None = None,
+        *,
+        again: bool = False,
     ) -> trio.Event | object | None:
         """Start the page if it is ours to run.
 
@@ -221,7 +250,7 @@ class _MapRun:
             claim = await self.pages.claim(offset)
         if claim == "held":
             return None
-        plan = await self.planner.plan(chunk, offset)
+        plan = await self.planner.plan(chunk, offset, again=again)
         self.ledger.planned(plan)
         if claim == "done":
             if not plan.rows:
@@ -232,15 +261,23 @@ class _MapRun:
                 return None if claim == "held" else _DONE
         assert isinstance(claim, PageLease)
         spawned = trio.Event()
-        start_soon(pages, self._run_page, plan, claim, spawned)
+        start_soon(pages, self._run_page, plan, claim, spawned, len(chunk))
         await trio.lowlevel.checkpoint()
         return spawned
 
     # -- one page -----------------------------------------------------------
-    async def _run_page(self, plan: Plan, lease: PageLease, spawned: trio.Event) -> None:
+    async def _run_page(
+        self, plan: Plan, lease: PageLease, spawned: trio.Event, length: int
+    ) -> None:
+        """Run one leased page; ``spawned`` is set once its rows have started, or it ended.
+
+        However the page ends (done, lost, released, failed), ``spawned`` is
+        set: the page loop waits for it before reading the next page.
+        """
         offset = lease.offset
         report = self.report
         page: Page | None = None
+        keys = [key for _, key, _ in plan.rows]
         try:
             observer = MapStallObserver(
                 map_name=self.name,
@@ -253,27 +290,34 @@ class _MapRun:
             )
             report.page_started(offset, len(plan.rows))
             with self.writer.sender() as sender:
-                page = Page(offset, plan, observer)
+                page = Page(offset, plan, observer, lease)
                 async with open_nursery() as nursery:
+                    page.scope = nursery.cancel_scope
                     await start(nursery, observer.run)
-                    start_soon(nursery, self.pages.keep, lease, page, nursery.cancel_scope)
+                    start_soon(nursery, self.pages.keep, lease, page)
                     async with open_nursery() as rows:
                         await self._start_rows(rows, page, sender.send)
                         page.all_started()
                         spawned.set()
                     await page.settled.wait()
                     nursery.cancel_scope.cancel()
+            if page.state is not PageState.LOST and not await self.pages.finish(lease, page):
+                self.pages.lost(page)  # taken over after its last row committed
             if page.state is PageState.LOST:
+                # Its unfinished rows are the new owner's; their keys are no
+                # longer in flight here, and the page is waited for at the end.
+                self.planner.give_back_keys(keys)
+                self.lost.append((offset, length))
                 report.page_finished(offset, "lost")
                 return
-            await self.pages.finish(lease, page)
             report.page_finished(offset, "done")
         except BaseException:
             report.page_finished(offset, "failed")
-            spawned.set()  # the pages after it must not wait for it
             if page is None or page.state is not PageState.RELEASED:
                 await self.pages.release(lease)
             raise
+        finally:
+            spawned.set()  # the pages after it must never wait for it
 
     async def _start_rows(
         self, rows: trio.Nursery, page: Page, send: Callable[[TerminalRow], Awaitable[None]]
@@ -373,7 +417,14 @@ class _MapRun:
         except _FATAL as exc:
             exc.add_note(f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}")
             raise
+        except MapMemoryLimitError as exc:
+            # The computed columns made the row too big: keep its input fields.
+            computed = {name for name, _ in self.columns}
+            inputs = {name: value for name, value in data.items() if name not in computed}
+            return _failed_row(position, key, inputs, exc, attempt), exc
         except Exception as exc:
+            if isinstance(exc, LeaseLost):
+                await self.pages.check(page)  # the page too? then the row is cancelled
             return _failed_row(position, key, data, exc, attempt), exc
         finally:
             leave_row(row_phase)
@@ -386,7 +437,7 @@ def _failed_row(
 ) -> SheetRow:
     """The sheet row of a failed row: its error, and its fields that are JSON."""
     kept: dict[str, Any] = {}
-    for name, value in data.items() if not isinstance(exc, MapMemoryLimitError) else ():
+    for name, value in data.items():
         try:
             dumps(value)
         except (TypeError, ValueError):

@@ -107,7 +107,7 @@ class MapStallObserver:
     # -- hooks --------------------------------------------------------------
     def resolver_started(self, key: str | None = None) -> int:
         self._token += 1
-        self._resolvers[self._token] = RowPhase(key, self._now)
+        self._resolvers[self._token] = RowPhase(key, self._now, self._map_name)
         self._busy.set()  # the timer runs while anything is unresolved
         return self._token
 

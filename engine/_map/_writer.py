@@ -23,7 +23,12 @@ the flush deadline or the end of input, and takes the whole batch with
 
 A batch is written in one store transaction when the buffer is full or
 ``writer_max_flush`` after its first row arrived, whichever comes first; only
-then is each row *committed* (``on_commit``). One batch is written at a time
+then is each row *committed* (``on_commit``). The write is fenced: each row
+goes with its page's lease, and the store writes it only while that lease
+is the page's own and never replaces a completed row with a failed one;
+the rows it refused go to ``on_refused`` with the store's answer
+(``fenced``: the page passed to another process; ``kept``: a completed row
+stays). One batch is written at a time
 while the next one fills, so at most twice the buffer is in memory. The
 writer need not wait for receipts: a row reaches it only after its calls
 returned, and a call returns a value only once its receipt is recorded.
@@ -56,7 +61,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .._cleanup import CleanupBudget
-    from .._records import SheetRow
+    from .._records import PageLease, SheetRow, SheetWrite
     from .._store import SheetStore
     from ._pages import Page
     from ._report import MapReport
@@ -133,6 +138,7 @@ class TerminalRowWriter:
         cleanup: CleanupBudget,
         on_commit: Callable[[list[TerminalRow]], None],
         on_unconfirmed: Callable[[int], None] | None = None,
+        on_refused: Callable[[list[tuple[TerminalRow, SheetWrite]]], None] | None = None,
         report: MapReport | None = None,
     ) -> None:
         self._report = report
@@ -144,6 +150,7 @@ class TerminalRowWriter:
         self._cleanup = cleanup
         self._on_commit = on_commit
         self._on_unconfirmed = on_unconfirmed
+        self._on_refused = on_refused
         self._input, self._output = trio.open_memory_channel[TerminalRow](math.inf)
         self._buffered_bytes = 0  # sent, not yet taken into a batch
         self._buffered_rows = 0
@@ -260,8 +267,9 @@ class TerminalRowWriter:
         if report is not None:
             report.batch_started(batch)
         try:
-            await self._store.write_terminal_rows(
-                self._run_id, self._dataset, [item.row for item in batch]
+            rows, leases = _rows_and_leases(batch)
+            answers = await self._store.write_terminal_rows(
+                self._run_id, self._dataset, rows, leases=leases
             )
         except trio.Cancelled:
             raise
@@ -278,7 +286,24 @@ class TerminalRowWriter:
         self._active_started_at = None
         if report is not None:
             report.batch_committed(batch)
-        self._on_commit(batch)
+        self._committed(batch, answers)
+
+    def _committed(self, batch: list[TerminalRow], answers: list[SheetWrite]) -> None:
+        """Hand on the rows written (``on_commit``) and the rows refused (``on_refused``)."""
+        if answers.count("written") == len(batch):
+            self._on_commit(batch)
+            return
+        written: list[TerminalRow] = []
+        refused: list[tuple[TerminalRow, SheetWrite]] = []
+        for item, answer in zip(batch, answers, strict=True):
+            if answer == "written":
+                written.append(item)
+            else:
+                refused.append((item, answer))
+        if written:
+            self._on_commit(written)
+        if self._on_refused is not None:
+            self._on_refused(refused)
 
     def _unconfirmed(self, count: int) -> None:
         if self._on_unconfirmed is not None:
@@ -295,10 +320,12 @@ class TerminalRowWriter:
         report = self._report
         if report is not None:
             report.batch_started(batch)
+        answers: list[SheetWrite] = []
         with self._cleanup.shielded() as scope:
             try:
-                await self._store.write_terminal_rows(
-                    self._run_id, self._dataset, [item.row for item in batch]
+                rows, leases = _rows_and_leases(batch)
+                answers = await self._store.write_terminal_rows(
+                    self._run_id, self._dataset, rows, leases=leases
                 )
             except Exception as exc:
                 unknown = isinstance(exc, StoreError) and exc.outcome_unknown
@@ -313,7 +340,14 @@ class TerminalRowWriter:
         else:
             if report is not None:
                 report.batch_committed(batch)
-            self._on_commit(batch)
+            self._committed(batch, answers)
+
+
+def _rows_and_leases(
+    batch: list[TerminalRow],
+) -> tuple[list[SheetRow], list[PageLease | None]]:
+    """The sheet rows of a batch and, row by row, the page lease each is written under."""
+    return [item.row for item in batch], [item.page.lease for item in batch]
 
 
 class open_terminal_writer:

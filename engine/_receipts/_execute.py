@@ -276,6 +276,7 @@ class Executor:
             wrapped = ToolExecutionError(
                 f"{call.operation} {call.name!r} raised {type(error).__name__}: {error}",
                 tool_id=call.name,
+                raised=type(error).__name__,
             )
             wrapped.__cause__ = error
             error = wrapped
@@ -303,6 +304,7 @@ class Executor:
                         f"{call.operation} {call.name!r} returned a value that cannot be"
                         f" stored as JSON: {exc}",
                         tool_id=call.name,
+                        raised=type(exc).__name__,
                     )
                 else:
                     entries.append(
@@ -312,9 +314,10 @@ class Executor:
             error, record = self._classify(call, result)
             if record:
                 self._stats.failed_calls += 1
-                item: Failure | Lease = Failure(
-                    call.key, claim.lease_id, dumps(error_to_record(error))
-                )
+                recorded = error_to_record(error)
+                if call.row is not None and call.row.dataset is not None:
+                    recorded["dataset"] = call.row.dataset  # for `trioplay retry --dataset`
+                item: Failure | Lease = Failure(call.key, claim.lease_id, dumps(recorded))
             else:
                 # An unreleased lease only delays a rerun until it expires.
                 item = Lease(call.key, claim.lease_id)

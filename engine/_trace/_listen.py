@@ -74,7 +74,9 @@ FACTS: dict[type[Event], Fact] = {
     RunFinished: Fact(
         "run.finished", lambda e: {"status": e.status, "error": e.error, "stats": dict(e.stats)}
     ),
-    MapStarted: Fact("map.started", lambda e: {"map": e.map, "total": e.total}),
+    MapStarted: Fact(
+        "map.started", lambda e: {"map": e.map, "total": e.total, "columns": list(e.columns)}
+    ),
     MapProgress: Fact("map.progress", _counts),
     MapFinished: Fact("map.finished", _finished),
     MapStall: Fact("map.stall", lambda e: dict(e.report)),

@@ -87,6 +87,9 @@ class MapStarted(Event):
     run: str
     map: str
     total: int | None
+    # The input's fields when its source names them, then the computed ones
+    # (added in 2 with a default: an older line reads as []).
+    columns: list[str] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -520,6 +523,8 @@ def _fits(value: Any, spelled: str) -> bool:
         return value is None or _fits(value, spelled.removesuffix(" | None"))
     if isinstance(value, bool):
         return spelled == "bool"
+    if spelled == "list[str]":
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
     kind = _READ.get(spelled)
     return kind is not None and isinstance(value, kind)
 
