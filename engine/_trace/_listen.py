@@ -20,6 +20,7 @@ from .._events import RuntimeEvent, deliver
 from ._records import (
     ChildFinished,
     ChildStarted,
+    EventSent,
     LoopLag,
     MapFinished,
     MapProgress,
@@ -56,11 +57,13 @@ def _counts(e: MapProgress | MapFinished) -> dict[str, Any]:
         "duplicates": e.duplicates,
         "unconfirmed": e.unconfirmed,
         "total": e.total,
+        "waiting": e.waiting,
     }
 
 
 def _finished(e: MapFinished) -> dict[str, Any] | None:
-    return _counts(e) if e.status == "completed" else None  # a failed map says so by its run
+    # A failed map says so by its run; one with rows waiting is done for this attempt.
+    return _counts(e) if e.status in ("completed", "waiting") else None
 
 
 def _log(e: PlayLog) -> dict[str, Any]:
@@ -91,6 +94,17 @@ FACTS: dict[type[Event], Fact] = {
     ),
     ChildFinished: Fact(
         "child.finished", lambda e: {"child": e.child, "status": e.status, "error": e.error}
+    ),
+    EventSent: Fact(
+        "event.sent",
+        lambda e: {
+            "name": e.name,
+            "key": e.key,
+            "event_id": e.event,
+            "outcome": e.outcome,
+            "dataset": e.map,
+            "row": e.row,
+        },
     ),
 }
 """Record type -> the ``RuntimeEvent`` listeners get of it (docs/events.md, "Listeners")."""
