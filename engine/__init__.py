@@ -7,6 +7,8 @@ checks that each one is importable from here.
 from __future__ import annotations
 
 from ._context import PlayContext as PlayContext
+from ._errors import ChildLimitExceeded as ChildLimitExceeded
+from ._errors import ChildPlayFailed as ChildPlayFailed
 from ._errors import CorruptReceipt as CorruptReceipt
 from ._errors import EventConflict as EventConflict
 from ._errors import EventRefused as EventRefused
@@ -20,7 +22,9 @@ from ._errors import MapAccountingError as MapAccountingError
 from ._errors import MapMemoryLimitError as MapMemoryLimitError
 from ._errors import PersistenceLatchTripped as PersistenceLatchTripped
 from ._errors import PlayAborted as PlayAborted
+from ._errors import PlayCycleError as PlayCycleError
 from ._errors import PlayDefinitionError as PlayDefinitionError
+from ._errors import PlayDepthExceeded as PlayDepthExceeded
 from ._errors import PlayInputError as PlayInputError
 from ._errors import ProviderTransientError as ProviderTransientError
 from ._errors import ReceiptNotRecorded as ReceiptNotRecorded

@@ -73,6 +73,17 @@ class PlayContext(DurableEffects):
         services = self._services
         return await services.step(step_receipt_key(services.run_id, key), key, fn, stale_after)
 
+    async def play(self, child: Any, input: Any = None) -> Any:
+        """Run the play ``child`` on ``input`` as a child of this run, and return its output.
+
+        Durable like a tool call: its receipt (operation ``play``) holds the
+        child's output, so a rerun replays it without running the child. The
+        child runs in the caller's task: cancelling this run cancels it. See
+        :meth:`RowContext.play` for the errors and ``docs/authoring.md``.
+        """
+        services = self._services
+        return await services.call_child(services.play_children, child, input)
+
     def _wait_scope(self) -> tuple[str | None, str | None, Occurrences, Parking | None]:
         return None, None, self._services.waits.play_occurrences, None
 

@@ -440,6 +440,79 @@ class RunEnded(TrioplayError, RuntimeError):
         self.run_id = run_id
 
 
+class PlayDepthExceeded(PlayDefinitionError):
+    """A child play would nest deeper than ``Limits.max_play_depth`` (a root is depth 0).
+
+    Raised before anything of the child is written; ``lineage`` lists the plays
+    from the root to the refused child.
+    """
+
+    code = "PLAY_DEPTH_EXCEEDED"
+
+    def __init__(self, lineage: tuple[str, ...], limit: int) -> None:
+        self.lineage = lineage
+        self.limit = limit
+        super().__init__(
+            f"child play {lineage[-1]!r} would run at depth {len(lineage) - 1}, past "
+            f"Limits.max_play_depth={limit} (lineage: {' → '.join(lineage)}); nest less, "
+            "or raise Limits.max_play_depth"
+        )
+
+
+class PlayCycleError(PlayDefinitionError):
+    """A child play is already one of its caller's ancestors (``a → b → a``).
+
+    Raised before anything of the child is written: the cycle would never end.
+    ``path`` lists the plays from the root to the repeated one. The same play
+    reached twice by two branches (a diamond) is no cycle.
+    """
+
+    code = "PLAY_CYCLE"
+
+    def __init__(self, path: tuple[str, ...]) -> None:
+        self.path = path
+        super().__init__(
+            f"child play {path[-1]!r} is already running above itself: "
+            f"{' → '.join(path)}; a play cannot call one of its callers"
+        )
+
+
+class ChildLimitExceeded(TrioplayError):
+    """A row or a run started more child plays than its limit allows.
+
+    ``limit`` names the field of :class:`Limits` (``max_children_per_row`` or
+    ``max_children_per_run``); raise it to allow more.
+    """
+
+    code = "CHILD_LIMIT"
+
+    def __init__(self, where: str, limit: str, value: int) -> None:
+        self.limit = limit
+        self.value = value
+        super().__init__(
+            f"{where} started more than {value:,} child plays (Limits.{limit}={value:,}); "
+            f"pass Limits({limit}=...) to open_runtime to allow more"
+        )
+
+
+class ChildPlayFailed(TrioplayError):
+    """A child play failed: ``child_run_id`` names its run, ``__cause__`` is its error.
+
+    Its receipt is not recorded as a success: rerunning the caller resumes
+    the child run (its committed rows and receipts replay).
+    """
+
+    code = "CHILD_PLAY_FAILED"
+
+    def __init__(self, child_run_id: str, cause: BaseException) -> None:
+        self.child_run_id = child_run_id
+        self.cause = format_error(cause)
+        super().__init__(
+            f"child run {child_run_id!r} failed: {self.cause}; fix the cause and rerun "
+            "the caller to resume it"
+        )
+
+
 class InvalidWait(TrioplayError, ValueError):
     """A wait or an event was given a bad value: the message names the field and what it accepts.
 

@@ -62,6 +62,22 @@ def fetch_receipt_key(run_id: str, identity: dict[str, Any]) -> str:
     return digest("fetch", run_id, identity)
 
 
+def child_play_key(
+    run_id: str, dataset: str | None, row_key: str | None, play: str, input_json: str
+) -> str:
+    """The receipt key of a child play call, from its caller's run and row, and its input.
+
+    The child's run id is derived from it (:func:`child_run_id`), so a caller
+    killed mid-child enters the same child run again on resume.
+    """
+    return digest("play", run_id, dataset, row_key, play, input_json)
+
+
+def child_run_id(play: str, receipt_key: str) -> str:
+    """The default run id of a child play: ``<play>-<12 hex>`` of its receipt key."""
+    return f"{play}-{receipt_key[:12]}"
+
+
 def wait_key(
     run_id: str, dataset: str | None, row_key: str | None, name: str, key_json: str, occurrence: int
 ) -> str:

@@ -89,6 +89,9 @@ SPAN_OR_ZERO = Accepts(
     False, 0, True, f"finite seconds from 0 to {MAX_SECONDS:,} (a week)", MAX_SECONDS
 )
 
+DEPTH = Accepts(True, 0, True, "whole numbers from 0 to 64", maximum=64)
+"""How deep child plays nest (a root is depth 0)."""
+
 # Waits (issue 22) outlive a process: their bound is days, not a week of a run.
 MAX_EVENT_WAIT = 366 * 24 * 3600  # a year
 EVENT_WAIT = Accepts(
@@ -133,6 +136,10 @@ class Limits:
     store_retry: float = _field(30.0, SPAN_OR_ZERO)
     loop_lag_threshold: float = _field(0.5, SPAN)
     csv_field_limit: int = _field(131_072, SIZE)
+    max_play_depth: int = _field(8, DEPTH)
+    max_inline_children: int = _field(16, MANY)
+    max_children_per_row: int = _field(1000, MANY)
+    max_children_per_run: int = _field(100_000, MANY)
     max_event_wait: float = _field(30 * 24 * 3600.0, EVENT_WAIT)
     max_event_payload_bytes: int = _field(MiB, EVENT_PAYLOAD)
     event_poll_interval: float = _field(1.0, SPAN)

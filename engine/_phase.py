@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ._loop_lag import LoopWatch
     from ._store import Store
 
-Phase = Literal["resolver", "governor", "fetch", "receipt"]
+Phase = Literal["resolver", "governor", "fetch", "receipt", "child"]
 
 
 class RowPhase:
@@ -114,6 +114,32 @@ def calling(tool: str, provider: str) -> RowPhase | None:
         row.tool = tool
         row.provider = provider
     return row
+
+
+def waiting_on_child(run_id: str) -> Token[RowPhase | None] | None:
+    """The calling task's row (if any) waits on the child run ``run_id``: phase ``child``.
+
+    A child play runs in its caller's task, but its own calls are not its
+    caller row's: the task leaves the row until :func:`child_done` (the
+    child's rows enter their own). Returns the token for :func:`child_done`.
+    """
+    row = _current.get()
+    if row is None:
+        return None
+    row.enter("child")
+    row.tool, row.provider = run_id, "play"
+    return _current.set(None)
+
+
+def child_done(token: Token[RowPhase | None] | None) -> None:
+    """The child of :func:`waiting_on_child` has ended: its caller's row goes on."""
+    if token is None:
+        return
+    _current.reset(token)
+    row = _current.get()
+    if row is not None:
+        row.called()
+        row.enter("resolver")
 
 
 def enter_row(row: RowPhase) -> Token[RowPhase | None]:

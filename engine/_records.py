@@ -16,7 +16,7 @@ import attrs
 from ._errors import InvalidWait
 
 ReceiptStatus = Literal["pending", "running", "completed", "failed", "skipped"]
-Operation = Literal["tool", "fetch", "step"]
+Operation = Literal["tool", "fetch", "step", "play"]
 RowStatus = Literal["completed", "failed"]
 RunStatus = Literal["running", "completed", "failed", "interrupted", "cancelled", "waiting"]
 """``interrupted``: a cancel scope around the run (Ctrl-C, a timeout) ended the attempt;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._children import ChildScope
 from ._effects import DurableEffects
 from ._keys import row_step_receipt_key
 from ._waits import Occurrences
@@ -26,7 +27,7 @@ class RowContext(DurableEffects):
     from the row's task itself, see :mod:`trioplay._phase`.)
     """
 
-    __slots__ = ("_occurrences", "_parking", "dataset", "key")
+    __slots__ = ("_children", "_occurrences", "_parking", "dataset", "key")
 
     def __init__(
         self, services: RunServices, dataset: str, key: str, parking: Parking | None = None
@@ -34,6 +35,7 @@ class RowContext(DurableEffects):
         self._services = services
         self.dataset = dataset
         self.key = key
+        self._children: ChildScope | None = None
         self._occurrences: Occurrences | None = None  # made by the row's first wait
         self._parking = parking  # how the row lingers (lends its slot), from the map
 
@@ -48,6 +50,27 @@ class RowContext(DurableEffects):
         services = self._services
         receipt_key = row_step_receipt_key(services.run_id, self.dataset, self.key, key)
         return await services.step(receipt_key, key, fn, stale_after)
+
+    async def play(self, child: Any, input: Any = None) -> Any:
+        """Run the play ``child`` on ``input`` as a child of this row, and return its output.
+
+        Durable like a tool call: its receipt (operation ``play``) holds the
+        child's output, so a rerun replays it without running the child. The
+        child's run id derives from this run, this row and the input. This
+        row's children run at most ``Limits.max_inline_children`` at once;
+        their rows are admitted at their own depth, not against this row's. ``child`` is a play
+        or the name of one the runtime knows (``open_runtime(plays=...)``).
+
+        Raises :class:`ChildPlayFailed` (the child failed; rerunning resumes
+        it), :class:`PlayDepthExceeded`, :class:`PlayCycleError` (both before
+        anything is written, and failing the whole map),
+        :class:`ChildLimitExceeded`, :class:`PlayDefinitionError` (not a
+        play), :class:`PlayInputError` (input not JSON), :class:`RunEnded`.
+        """
+        scope = self._children
+        if scope is None:
+            scope = self._children = ChildScope(self.dataset, self.key)
+        return await self._services.call_child(scope, child, input)
 
     def _wait_scope(self) -> tuple[str | None, str | None, Occurrences, Parking | None]:
         occurrences = self._occurrences

@@ -11,16 +11,29 @@ dispatcher (the hot path takes no extra frame).
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._errors import CorruptReceipt, PlayDefinitionError
-from ._keys import fetch_receipt_key
-from ._phase import StoreCalls, current_row
+from ._children import ChildScope, Lineage
+from ._errors import (
+    ChildPlayFailed,
+    CorruptReceipt,
+    PlayCycleError,
+    PlayDefinitionError,
+    PlayDepthExceeded,
+    PlayInputError,
+    RunIdConflict,
+    format_error,
+)
+from ._json import canonical_json
+from ._keys import child_play_key, child_run_id, fetch_receipt_key
+from ._phase import StoreCalls, child_done, current_row, waiting_on_child
 from ._receipts import Dispatcher, local_executor
-from ._trace._records import PlayLog
+from ._trace._records import ChildFinished, ChildStarted, PlayLog
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -28,6 +41,7 @@ if TYPE_CHECKING:
     import trio
 
     from ._budget import ByteBudget
+    from ._children import ChildRunner
     from ._cleanup import CleanupBudget
     from ._fetch import Fetcher, FetchOptions, FetchResponse
     from ._limits import Limits
@@ -70,6 +84,21 @@ class RunServices:
     """The run's loop-lag watchdog, for the stall line's ``loop_lag_ms``."""
     datasets: set[str] = attrs.field(factory=set)
     """The names of the datasets run so far in this attempt."""
+    lineage: Lineage | None = None
+    """The run's place among child plays; ``None``: a root (see :attr:`tree`)."""
+    children: ChildRunner | None = None
+    """The runtime, to find and run child plays (``ctx.play``, ``rc.play``)."""
+    play_children: ChildScope = attrs.field(factory=ChildScope)
+    """The play's own children (``ctx.play``): their fan-out, made on first use."""
+    children_started: int = 0
+    """Child plays called so far in this attempt (``Limits.max_children_per_run``)."""
+
+    @property
+    def tree(self) -> Lineage:
+        """The run's lineage, a root's made on first use."""
+        if self.lineage is None:
+            self.lineage = Lineage.root(self.run_id, self.play)
+        return self.lineage
 
     def log(self, message: str, **where: str) -> None:
         """A ``play.log`` line and event; ``where`` names the map and row, if any."""
@@ -89,6 +118,64 @@ class RunServices:
         return await self.receipts.run_effect(
             "step", name, receipt_key, local_executor(fn), stale_after=stale_after
         )
+
+    async def call_child(self, scope: ChildScope, child: Any, input: Any) -> Any:
+        """``ctx.play`` / ``rc.play``: run ``child`` on ``input`` through a ``play`` receipt.
+
+        The guards come first and write nothing (see ``_children``); then the
+        receipt is claimed: completed, its output is replayed without opening
+        the child; else the child runs here, in the caller's task and under
+        the receipt's lease, as the run whose id derives from this run, the
+        caller's row and the input.
+        """
+        self.receipts.raise_if_ended()
+        runner = self.children
+        if runner is None:
+            raise PlayDefinitionError("child plays run only in a runtime's run")
+        fn, name = runner.find_play(child)
+        try:
+            input_json = canonical_json(input)
+        except (TypeError, ValueError) as exc:
+            raise PlayInputError(
+                f"the input of child play {name!r} must be JSON-serialisable: {exc}"
+            ) from None
+        lineage = self.tree.child(self.run_id, name, self.limits)
+        scope.count(self.limits, self.run_id, self.children_started)
+        self.children_started += 1
+        key = child_play_key(self.run_id, scope.dataset, scope.row_key, name, input_json)
+        run_id = child_run_id(name, key)
+
+        async def execute(_call: ToolCall) -> Any:
+            facts = self.facts
+            if facts is not None:
+                where = (run_id, name, lineage.depth, scope.dataset, scope.row_key)
+                facts.add(ChildStarted, self.run_id, *where)
+            status, error = "failed", None
+            row = waiting_on_child(run_id)
+            try:
+                output = await runner.run_child(fn, input, run_id, lineage)
+                status = "completed"
+                return output
+            except (PlayCycleError, PlayDepthExceeded, RunIdConflict) as exc:
+                # About the tree of plays or the call, not the child's work: raised as
+                # they are (a cycle or a depth fails the caller's map once, not row by row).
+                error = format_error(exc)
+                raise
+            except Exception as exc:
+                error = format_error(exc)
+                raise ChildPlayFailed(run_id, exc) from exc
+            except BaseException:
+                status, error = "cancelled", "cancelled"
+                raise
+            finally:
+                child_done(row)
+                if facts is not None:
+                    facts.add(ChildFinished, self.run_id, run_id, status, error)
+
+        # A child runs as long as it runs: no tool deadline (its own calls have theirs).
+        effect = functools.partial(self.receipts.run_effect, "play", name, key, execute)
+        async with scope.fan_out(self.limits):
+            return await effect(timeout=math.inf)
 
     async def fetch(
         self, url: str, options: FetchOptions, *, stale_after: float | None, force: bool

@@ -17,6 +17,7 @@ import trio
 
 from ._aborts import aborted
 from ._budget import ByteBudget
+from ._children import DepthAdmission, find_play
 from ._cleanup import CleanupBudget
 from ._context import PlayContext
 from ._errors import (
@@ -41,16 +42,17 @@ from ._store_retry import retrying
 from ._tools import ToolRegistry
 from ._trace._listen import EventListener
 from ._trace._recorder import Recorder
-from ._trace._records import EventSent, RunFinished, RunStarted
-from ._waits import MISSING, RunWaits, event_request, run_waiting, suspension
+from ._trace._records import RunFinished, RunStarted
+from ._waits import MISSING, RunWaits, event_request, run_waiting, send_checked, suspension
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+    from ._children import Lineage
     from ._events import EventSink
     from ._fetch import Fetcher, FetchResponse
     from ._receipts import Dispatcher
-    from ._records import RunStatus, SendRequest, SendResult
+    from ._records import RunRecord, RunStatus, SendRequest, SendResult
 
 log = logging.getLogger("trioplay")
 
@@ -113,8 +115,11 @@ class Runtime:
         on_event: EventSink | None,
         wall_clock: Callable[[], float],
         recorder: Recorder | None = None,
+        plays: Sequence[Play] = (),
     ) -> None:
         self.store = store
+        self.plays: dict[str, Play] = {play_name(fn): fn for fn in plays}
+        """The plays a child call may name (``ctx.play("name", input)``), by name."""
         # What the runs use: the store, its calls retried within limits.store_retry.
         self._store = retrying(store, limits.store_retry)
         self.tools = tools
@@ -135,6 +140,8 @@ class Runtime:
         self.governor = Governor(limits.max_concurrent_external_calls, limits.max_provider_share)
         self.row_limiter = trio.CapacityLimiter(limits.max_concurrent_rows)
         self.row_budget = ByteBudget(limits.active_rows_budget_bytes)
+        # The rows of child plays, by depth (0: row_limiter and row_budget).
+        self.depths = DepthAdmission(limits, self.row_limiter, self.row_budget)
         self.owner = current_owner()
         self.last_stats: DispatchStats | None = None
 
@@ -162,7 +169,14 @@ class Runtime:
 
         return await (await self.fetcher()).fetch(url, FetchOptions(**options))
 
-    @trio.lowlevel.enable_ki_protection
+    def find_play(self, child: Any) -> tuple[Play, str]:
+        """A child play and its name (see :func:`trioplay._children.find_play`)."""
+        return find_play(self.plays, child, play_name)
+
+    async def run_child(self, play: Play, input: Any, run_id: str, lineage: Lineage) -> Any:
+        """Run a child play as the run ``run_id``, in the caller's task (see ``_children``)."""
+        return await self._run(play, input, run_id, lineage)
+
     async def run(
         self,
         play: Play,
@@ -190,27 +204,24 @@ class Runtime:
         beginning the attempt and the ``try`` that records its end); the
         play's code is not.
         """
+        return await self._run(play, input, run_id, None, play_ref)
+
+    @trio.lowlevel.enable_ki_protection
+    async def _run(
+        self,
+        play: Play,
+        input: Any,
+        run_id: str | None,
+        lineage: Lineage | None,
+        play_ref: str | None = None,
+    ) -> Any:
+        """:meth:`run`, of a root (``lineage`` ``None``) or of a child play."""
         name = play_name(play)
-        try:
-            input_json = canonical_json(input)
-        except (TypeError, ValueError) as exc:
-            raise PlayInputError(f"play input must be JSON-serialisable: {exc}") from None
-        if run_id is None:
-            run_id = default_run_id(name, input_json)
-        begin: dict[str, Any] = {} if play_ref is None else {"play_ref": play_ref}
-        record = await self._store.begin_attempt(
-            run_id, name, input_json, now=self.wall_clock(), **begin
+        self.plays.setdefault(name, play)
+        record = await _begin_attempt(
+            self._store, name, input, run_id, lineage, play_ref, now=self.wall_clock()
         )
-        if record.status == "cancelled":
-            raise RunCancelled(run_id)
-        if (record.play, record.input_json) != (name, input_json):
-            raise RunIdConflict(
-                run_id,
-                stored_play=record.play,
-                stored_input_json=record.input_json,
-                play=name,
-                input_json=input_json,
-            )
+        run_id = record.run_id
         if self.facts is not None:
             self.facts.add(RunStarted, run_id, name, record.attempt)
         status: RunStatus = "failed"
@@ -238,6 +249,7 @@ class Runtime:
             async with open_dispatcher(setup) as dispatcher:
                 stats = dispatcher.stats
                 loop_watch = LoopWatch(self.limits.loop_lag_threshold, self.facts, run_id)
+                row_limiter, row_budget = self.depths.of(lineage.depth if lineage else 0)
                 waits = RunWaits(
                     store=store,
                     run_id=run_id,
@@ -254,8 +266,8 @@ class Runtime:
                     limits=self.limits,
                     owner=self.owner,
                     wall_clock=self.wall_clock,
-                    row_limiter=self.row_limiter,
-                    row_budget=self.row_budget,
+                    row_limiter=row_limiter,
+                    row_budget=row_budget,
                     receipts=dispatcher,
                     fetcher=self.fetcher,
                     facts=self.facts,
@@ -263,6 +275,8 @@ class Runtime:
                     store_calls=store_calls,
                     loop_watch=loop_watch,
                     cleanup=cleanup,
+                    lineage=lineage,
+                    children=self,
                     waits=waits,
                 )
                 returned: list[Any] = []
@@ -309,7 +323,8 @@ class Runtime:
             error = format_error(exc)
             raise
         finally:
-            self.last_stats = stats
+            if lineage is None:  # a child's counters are its own run's, not the caller's
+                self.last_stats = stats
             if dispatcher is not None:
                 await dispatcher.settle_late()
             # Fenced by the attempt: if another process began a later attempt
@@ -373,20 +388,41 @@ class Runtime:
 
     async def send_request(self, request: SendRequest) -> SendResult:
         """Send an event already checked (``trioplay._waits.event_request`` made it)."""
-        run_id = request.run_id
-        result = await self._store.send_event(request, now=self.wall_clock())
-        if self.facts is not None:
-            self.facts.add(
-                EventSent,
-                run_id,
-                request.name,
-                request.key_json,
-                result.event_id,
-                result.outcome,
-                result.dataset,
-                result.row_key,
-            )
-        return result
+        return await send_checked(self._store, request, now=self.wall_clock(), facts=self.facts)
+
+
+async def _begin_attempt(
+    store: Store,
+    name: str,
+    input: Any,
+    run_id: str | None,
+    lineage: Lineage | None,
+    play_ref: str | None,
+    *,
+    now: float,
+) -> RunRecord:
+    """Begin the run's next attempt in the store, or refuse the run (before anything runs)."""
+    try:
+        input_json = canonical_json(input)
+    except (TypeError, ValueError) as exc:
+        raise PlayInputError(f"play input must be JSON-serialisable: {exc}") from None
+    if run_id is None:
+        run_id = default_run_id(name, input_json)
+    begin: dict[str, Any] = {} if play_ref is None else {"play_ref": play_ref}
+    if lineage is not None:  # the store records the root and the depth from the parent
+        begin["parent_run_id"] = lineage.parent_run_id
+    record = await store.begin_attempt(run_id, name, input_json, now=now, **begin)
+    if record.status == "cancelled":
+        raise RunCancelled(run_id)
+    if (record.play, record.input_json) != (name, input_json):
+        raise RunIdConflict(
+            run_id,
+            stored_play=record.play,
+            stored_input_json=record.input_json,
+            play=name,
+            input_json=input_json,
+        )
+    return record
 
 
 async def _record_end(
@@ -473,6 +509,7 @@ def _stats_dict(stats: DispatchStats) -> dict[str, int]:
         "failed_calls": stats.failed_calls,
         "steps_run": stats.steps_run,
         "fetches": stats.fetches,
+        "children_run": stats.children_run,
     }
 
 
@@ -498,6 +535,7 @@ async def open_runtime(
     http_transport: Any = None,
     wall_clock: Callable[[], float] = time.time,
     recorder: Recorder | None = None,
+    plays: Sequence[Play] = (),
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: ``async with open_runtime(store=..., tools=...) as rt:``.
 
@@ -508,7 +546,8 @@ async def open_runtime(
     every :class:`RuntimeEvent`; ``recorder`` (a :class:`trioplay.Recorder`) every typed
     event of ``docs/events.md``. ``http_transport`` replaces the network for
     ``fetch`` (tests, scenarios); ``wall_clock`` is the clock of lease
-    expiry and stored timestamps.
+    expiry and stored timestamps. ``plays`` are the plays a child call may
+    name (``ctx.play("score-account", input)``); a play run here is known too.
 
     On exit every task, socket and connection the runtime opened is closed.
     """
@@ -539,6 +578,7 @@ async def open_runtime(
                     on_event=on_event,
                     wall_clock=wall_clock,
                     recorder=recorder,
+                    plays=plays,
                 )
         finally:
             with trio.CancelScope(shield=True) as scope:

@@ -42,8 +42,8 @@ from ._errors import (
 )
 from ._json import canonical_json, loads
 from ._keys import wait_key
-from ._records import SendRequest, WaitRecord, WaitRequest
-from ._trace._records import WaitRegistered, WaitSettled
+from ._records import SendRequest, SendResult, WaitRecord, WaitRequest
+from ._trace._records import EventSent, WaitRegistered, WaitSettled
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
@@ -549,3 +549,22 @@ async def run_waiting(
     open_ = [wait for wait in waits if wait.status == "waiting"]
     next_deadline = min((wait.deadline for wait in open_), default=None)
     return RunWaiting(run_id, tuple(waits), next_deadline)
+
+
+async def send_checked(
+    store: WaitStore, request: SendRequest, *, now: float, facts: Recorder | None
+) -> SendResult:
+    """Send an event already checked (:func:`event_request` made it), and record that it was."""
+    result = await store.send_event(request, now=now)
+    if facts is not None:
+        facts.add(
+            EventSent,
+            request.run_id,
+            request.name,
+            request.key_json,
+            result.event_id,
+            result.outcome,
+            result.dataset,
+            result.row_key,
+        )
+    return result

@@ -32,6 +32,8 @@ from ._trace._records import CallFinished as CallFinished
 from ._trace._records import CallQueued as CallQueued
 from ._trace._records import CallSettled as CallSettled
 from ._trace._records import CallStarted as CallStarted
+from ._trace._records import ChildFinished as ChildFinished
+from ._trace._records import ChildStarted as ChildStarted
 from ._trace._records import Event as Event
 from ._trace._records import FetchFinished as FetchFinished
 from ._trace._records import FetchPhase as FetchPhase

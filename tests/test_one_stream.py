@@ -48,6 +48,8 @@ ORDER = [
     "fetch.started",
     "fetch.phase",
     "fetch.finished",
+    "child.started",
+    "child.finished",
     "play.log",
     "wait.registered",
     "event.sent",

@@ -59,6 +59,7 @@ from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
 from ._recording import open_recording
 from ._signals import TaskDump, cancel_on_signals
 from ._summary import summary_data
+from ._tree import format_tree, run_tree
 from ._waiting import event_line, utc, wait_line, waiting_lines, waits_data
 
 if TYPE_CHECKING:
@@ -646,6 +647,7 @@ async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
             name: await store.count_rows(run_id, name) for name in await store.list_datasets(run_id)
         }
         receipts = await store.count_receipts(run_id)
+        tree = await run_tree(store, record)
         waits = await store.list_waits(run_id)
         unclaimed = await store.list_events(run_id, unclaimed_only=True)
     try:
@@ -667,6 +669,9 @@ async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
             for name, counts in datasets.items()
         },
         "receipts": dict(sorted(receipts.items())),
+        "parent_run_id": record.parent_run_id,
+        "depth": record.depth,
+        "tree": tree,
         "waits": [_wait_data(wait) for wait in waits],
         "unclaimed_events": [_event_data(event) for event in unclaimed],
     }
@@ -731,6 +736,7 @@ def _format_details(details: dict[str, Any]) -> str:
         lines.append(f"receipts: {shown}")
     else:
         lines.append("receipts: none")
+    lines.extend(format_tree(details["tree"], details["run_id"]))
     return "\n".join(lines)
 
 

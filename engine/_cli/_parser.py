@@ -173,18 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         "output), several to FILE-stem.<dataset>.<ext>",
     )
     _add_run_outputs(run)
-    run.add_argument(
-        "--dump-on",
-        metavar="SIGNAL",
-        type=_dump_signal,
-        help="on this signal (SIGUSR1), write every task and what it awaits to --dump-to; "
-        "the run goes on",
-    )
-    run.add_argument(
-        "--dump-to",
-        metavar="FILE",
-        help="where --dump-on writes (default: trioplay-tasks-PID.txt)",
-    )
+    _add_dump_options(run)
     run.set_defaults(command=_cmd_run)
 
     timeline = commands.add_parser(
@@ -265,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
         run_id=check_run_id,
         add_outputs=_add_output_options,
         add_recording=_add_recording_options,
+        add_dump=_add_dump_options,
     )
     return parser
 
@@ -316,6 +306,22 @@ def _add_run_outputs(parser: argparse.ArgumentParser) -> None:
     _add_output_options(parser)
     _add_recording_options(parser)
     _add_json_option(parser, "print the summary as one JSON object (docs/cli.md has its keys)")
+
+
+def _add_dump_options(parser: argparse.ArgumentParser) -> None:
+    """The live task dump of a running run (``run``, ``resume``)."""
+    parser.add_argument(
+        "--dump-on",
+        metavar="SIGNAL",
+        type=_dump_signal,
+        help="on this signal (SIGUSR1), write every task and what it awaits to --dump-to; "
+        "the run goes on",
+    )
+    parser.add_argument(
+        "--dump-to",
+        metavar="FILE",
+        help="where --dump-on writes (default: trioplay-tasks-PID.txt)",
+    )
 
 
 def _add_recording_options(parser: argparse.ArgumentParser) -> None:

@@ -46,6 +46,7 @@ def add_wait_commands(
     run_id: Callable[[str], str],
     add_outputs: Callable[[argparse.ArgumentParser], None],
     add_recording: Callable[[argparse.ArgumentParser], None],
+    add_dump: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     """The commands ``send-event``, ``resume`` and ``cancel`` (``_parser`` hands in its helpers)."""
     send = commands.add_parser(
@@ -110,6 +111,7 @@ def add_wait_commands(
     )
     add_outputs(resume)
     add_recording(resume)
+    add_dump(resume)
     resume.set_defaults(command=_cmd_resume)
 
     cancel = commands.add_parser(

@@ -39,7 +39,15 @@ if TYPE_CHECKING:
 
     from .._trace._spans import Span
 
-_PHASE_COLOURS = ("#4e79a7", "#e15759", "#f28e2b", "#76b7b2", "#59a14f", "#bab0ac")
+_PHASE_COLOURS = (
+    "#4e79a7",
+    "#e15759",
+    "#f28e2b",
+    "#b07aa1",
+    "#76b7b2",
+    "#59a14f",
+    "#bab0ac",
+)
 _PROVIDER_COLOURS = (
     "#6a3d9a",
     "#1b9e77",

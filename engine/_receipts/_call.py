@@ -42,6 +42,7 @@ class DispatchStats:
     failed_calls: int = 0
     steps_run: int = 0
     fetches: int = 0
+    children_run: int = 0
 
 
 class CallState(enum.IntEnum):

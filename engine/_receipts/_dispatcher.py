@@ -206,21 +206,22 @@ class Dispatcher:
 
     def run_effect(
         self,
-        operation: Literal["step", "fetch"],
+        operation: Literal["step", "fetch", "play"],
         name: str,
         key: str,
         execute: Execute,
         *,
         force: bool = False,
         stale_after: float | None = None,
+        timeout: float | None = None,
     ) -> Awaitable[Any]:
-        """Run one effect (a step or a fetch) through its receipt, in the caller's task.
+        """Run one effect (a step, a fetch, a child play) through its receipt, in the caller's task.
 
         Like :meth:`call_tool`, returns the awaitable of its outcome. Its claim
         goes with those of the effects made meanwhile (the run's lane of
         direct effects); the effect itself runs in the task that awaits it,
-        bounded by ``Limits.tool_timeout`` (a fetch's own deadlines come
-        first). Its failures are the caller's, never recorded.
+        bounded by ``timeout``, else ``Limits.tool_timeout`` (a fetch's own
+        deadlines come first). Its failures are the caller's, never recorded.
         """
         if self.ended:
             raise RunEnded(self.run_id)
@@ -237,6 +238,7 @@ class Dispatcher:
             queues=fetch,
             force=force,
             stale_after=stale_after,
+            timeout=timeout,
             record_failures=False,
         )
         effects = self._effects

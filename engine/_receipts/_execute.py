@@ -206,6 +206,8 @@ class Executor:
             stats.provider_calls += len(owned)
         elif first.kind == "fetch":
             stats.fetches += len(owned)
+        elif first.operation == "play":
+            stats.children_run += len(owned)
         else:
             stats.steps_run += len(owned)
         trace = self._trace

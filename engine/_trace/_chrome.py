@@ -92,8 +92,10 @@ class ChromeTraceSink:
                 }
             )
         calls = _Lanes(self, _CALLS)  # fetches share the calls' process
+        runs = _Lanes(self, _RUN)  # a child play's call on its caller's run tracks
         self._lanes = {
-            "run": _Lanes(self, _RUN),
+            "run": runs,
+            "child": runs,
             "row": _Lanes(self, _ROWS),
             "call": calls,
             "fetch": calls,

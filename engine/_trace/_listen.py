@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from .._events import RuntimeEvent, deliver
 from ._records import (
+    ChildFinished,
+    ChildStarted,
     EventSent,
     LoopLag,
     MapFinished,
@@ -86,6 +88,13 @@ FACTS: dict[type[Event], Fact] = {
         "loop.lag", lambda e: {"lag_ms": int(e.lag_ms), "threshold_ms": int(e.threshold_ms)}
     ),
     PlayLog: Fact("play.log", _log),
+    ChildStarted: Fact(
+        "child.started",
+        lambda e: {"child": e.child, "play": e.play, "depth": e.depth, "map": e.map, "row": e.row},
+    ),
+    ChildFinished: Fact(
+        "child.finished", lambda e: {"child": e.child, "status": e.status, "error": e.error}
+    ),
     EventSent: Fact(
         "event.sent",
         lambda e: {

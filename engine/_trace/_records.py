@@ -62,6 +62,26 @@ class RunFinished(Event):
 
 
 @attrs.frozen
+class ChildStarted(Event):
+    TYPE = "child.started"
+    run: str  # the caller's run
+    child: str  # the child's run
+    play: str
+    depth: int  # the child's depth (a root is 0)
+    map: str | None  # the caller's map and row, for ``rc.play``
+    row: str | None
+
+
+@attrs.frozen
+class ChildFinished(Event):
+    TYPE = "child.finished"
+    run: str
+    child: str
+    status: str  # completed, failed, cancelled
+    error: str | None
+
+
+@attrs.frozen
 class MapStarted(Event):
     TYPE = "map.started"
     run: str
@@ -367,6 +387,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         RunStarted,
         RunFinished,
+        ChildStarted,
+        ChildFinished,
         MapStarted,
         MapProgress,
         MapFinished,

@@ -1,6 +1,7 @@
 """Spans: the one place that pairs the records that start something with those that end it.
 
-A span is something that lasted: a run, a row (admitted to committed), a
+A span is something that lasted: a run, a child play's call (on its
+caller's run track, the child's own run within it), a row (admitted to committed), a
 row's phase, a call (started to finished), a call's governor slot (started
 to settled), a fetch and its phases, a writer batch. :class:`Spans` reads
 records in order and says when a span begins (``begun``) and when it ends
@@ -18,6 +19,8 @@ A row's phases, one after the other while it is in flight:
                           (``receipt.claimed`` to ``call.started``)
 ``fetch``                 a fetch of the row (``fetch.started`` to
                           ``fetch.finished``)
+``child``                 the row waits on a child play (``child.started``
+                          to ``child.finished``)
 ``writer admission``      from ``row.terminal``
 ``writer commit``         from ``row.writer_admitted`` to ``row.committed``
 ``waiting``               from ``row.waiting`` (suspended on an event wait:
@@ -36,7 +39,15 @@ from . import _records as r
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-PHASES = ("resolver", "governor", "fetch", "writer admission", "writer commit", "waiting")
+PHASES = (
+    "resolver",
+    "governor",
+    "fetch",
+    "child",
+    "writer admission",
+    "writer commit",
+    "waiting",
+)
 """A row's phases, in the order a row goes through them."""
 
 
@@ -86,6 +97,7 @@ class Spans:
         self._live: dict[str, Any] = {}  # row key -> its owner key while in flight
         self._call_row: dict[str, str] = {}  # call -> its row's key
         self._fetch_row: dict[int, str] = {}  # fetch -> its row's key
+        self._child_row: dict[str, str] = {}  # child run -> its caller row's key
 
     # -- spans ------------------------------------------------------------
     def _begin(
@@ -189,6 +201,16 @@ class Spans:
             self._begin("run", ("run", e.run), "run", f"run {e.run}", at, args)
         elif isinstance(e, r.RunFinished):
             self._end(("run", e.run), at, {"status": e.status, "error": e.error})
+        elif isinstance(e, r.ChildStarted):
+            args = {"play": e.play, "depth": e.depth, "caller": e.run, "row": e.row}
+            name = f"child {e.child} (depth {e.depth})"
+            self._begin("child", ("child", e.child), "run", name, at, args)
+            if e.row is not None:
+                self._child_row[e.child] = e.row
+                self._row(e.row, "child", at)
+        elif isinstance(e, r.ChildFinished):
+            self._end(("child", e.child), at, {"status": e.status, "error": e.error})
+            self._row(self._child_row.pop(e.child, None), "resolver", at)
 
     def close(self, at: float) -> None:
         """End every span still open at ``at`` (the last event's time), ``unfinished``:
