@@ -2,11 +2,19 @@
 
 The names below are the public contract (DESIGN §2); ``tests/test_exports.py``
 checks that each one is importable from here.
+
+The names of the rooms that pull in Trio, httpx and the map (the runtime,
+the play context, fetch, the map) load on first use (:func:`__getattr__`),
+so that ``import trioplay`` and the command lines that need none of them
+(``trioplay --help``) stay quick; docs/cli.md says what each command
+imports. Type checkers see them as ordinary imports.
 """
 
 from __future__ import annotations
 
-from ._context import PlayContext as PlayContext
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._errors import CorruptReceipt as CorruptReceipt
 from ._errors import FetchError as FetchError
 from ._errors import FetchTimeout as FetchTimeout
@@ -28,17 +36,10 @@ from ._errors import TrioplayError as TrioplayError
 from ._errors import UnknownToolError as UnknownToolError
 from ._errors import UnsafeOutboundUrl as UnsafeOutboundUrl
 from ._events import RuntimeEvent as RuntimeEvent
-from ._fetch import FetchResponse as FetchResponse
-from ._fetch import Secret as Secret
-from ._fetch import redact as redact
 from ._json import canonical_json as canonical_json
 from ._limits import FetchTimeouts as FetchTimeouts
 from ._limits import Limits as Limits
-from ._map import Dataset as Dataset
-from ._map import MapResult as MapResult
-from ._map import Row as Row
-from ._map._stall import MapStallObserver as MapStallObserver
-from ._map._stall import WriterDiagnostics as WriterDiagnostics
+from ._plugins import DEFAULT_STORE_URL as DEFAULT_STORE_URL
 from ._records import Claimed as Claimed
 from ._records import ClaimOutcome as ClaimOutcome
 from ._records import ClaimRequest as ClaimRequest
@@ -59,13 +60,6 @@ from ._records import SheetRow as SheetRow
 from ._records import SheetWrite as SheetWrite
 from ._retry import RecordedFailure as RecordedFailure
 from ._retry import retry_failures as retry_failures
-from ._row_context import RowContext as RowContext
-from ._runtime import DEFAULT_STORE_URL as DEFAULT_STORE_URL
-from ._runtime import Play as Play
-from ._runtime import Runtime as Runtime
-from ._runtime import open_runtime as open_runtime
-from ._runtime import play as play
-from ._runtime import run as run
 from ._store import FailureStore as FailureStore
 from ._store import PageStore as PageStore
 from ._store import ReceiptStore as ReceiptStore
@@ -77,3 +71,58 @@ from ._tools import ToolCall as ToolCall
 from ._tools import ToolRegistry as ToolRegistry
 from ._tools import ToolSettings as ToolSettings
 from ._tools import ToolSpec as ToolSpec
+
+if TYPE_CHECKING:
+    from ._context import PlayContext as PlayContext
+    from ._fetch import FetchResponse as FetchResponse
+    from ._fetch import Secret as Secret
+    from ._fetch import redact as redact
+    from ._map import Dataset as Dataset
+    from ._map import MapResult as MapResult
+    from ._map import Row as Row
+    from ._map._stall import MapStallObserver as MapStallObserver
+    from ._map._stall import WriterDiagnostics as WriterDiagnostics
+    from ._row_context import RowContext as RowContext
+    from ._runtime import Play as Play
+    from ._runtime import Runtime as Runtime
+    from ._runtime import open_runtime as open_runtime
+    from ._runtime import play as play
+    from ._runtime import run as run
+
+_LAZY: dict[str, str] = {
+    "PlayContext": "._context",
+    "FetchResponse": "._fetch",
+    "Secret": "._fetch",
+    "redact": "._fetch",
+    "Dataset": "._map",
+    "MapResult": "._map",
+    "Row": "._map",
+    "MapStallObserver": "._map._stall",
+    "WriterDiagnostics": "._map._stall",
+    "RowContext": "._row_context",
+    "Play": "._runtime",
+    "Runtime": "._runtime",
+    "open_runtime": "._runtime",
+    "play": "._runtime",
+    "run": "._runtime",
+}
+"""Each name that loads on first use -> the module that defines it (the imports above)."""
+
+
+def _load(name: str) -> Any:
+    """``trioplay.NAME`` for a name of :data:`_LAZY` (the module's ``__getattr__``)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # loaded once: later lookups find it without this function
+    return value
+
+
+def _names() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+if not TYPE_CHECKING:  # so that a type checker reports a name this module lacks
+    __getattr__ = _load
+    __dir__ = _names
