@@ -12,11 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from .._retry import RecordedFailure, recorded_failures, retry_failures
 from .._store import FailureStore
-from ._commands import _config_for, _opened, _store_for
 from ._common import EXIT_OK, UsageError
 from ._failures import group
 
@@ -62,6 +59,10 @@ def add_retry_command(
 
 
 def _cmd_retry(args: argparse.Namespace, session: _Session) -> int:
+    import trio  # here, not above: the parser imports this module (docs/cli.md)
+
+    from ._commands import _config_for, _store_for
+
     store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
     forgotten = trio.run(_retry, store, args)
     kinds = ", ".join(kind.shown() for kind in group(forgotten))
@@ -74,6 +75,8 @@ def _cmd_retry(args: argparse.Namespace, session: _Session) -> int:
 
 
 async def _retry(store: Store, args: argparse.Namespace) -> list[RecordedFailure]:
+    from ._commands import _opened
+
     async with _opened(store):
         if await store.get_run(args.run_id) is None:
             raise UsageError(
