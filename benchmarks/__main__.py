@@ -39,6 +39,9 @@ from . import (
     sigint_trials,
     store_calls,
     throughput,
+    wait_kills,
+    wait_race,
+    wait_register,
 )
 
 QUICK_ROWS = 5_000
@@ -162,6 +165,27 @@ def _faults(args: argparse.Namespace) -> Any:
     return faults.run(trials, rows=rows, seed=args.seed, stores=stores, save=args.save)
 
 
+def _wait_race(args: argparse.Namespace) -> Any:
+    slots = args.rows or (200 if args.quick else wait_race.DEFAULT_SLOTS)
+    report = wait_race.run(slots)
+    if report["lost"] or report["double"] or report["consumed"] != report["slots"]:
+        raise SystemExit("wait_race: an event was lost or consumed twice")
+    return report
+
+
+def _wait_kills(args: argparse.Namespace) -> Any:
+    trials = args.trials or (3 if args.quick else wait_kills.DEFAULT_TRIALS)
+    slots = args.rows or wait_kills.DEFAULT_SLOTS
+    report = wait_kills.run(trials, slots=slots, seed=args.seed)
+    if any(report[kind]["problem_count"] for kind in ("sqlite", "postgres")):
+        raise SystemExit("wait_kills: a trial left the store unsound")
+    return report
+
+
+def _wait_register(args: argparse.Namespace) -> Any:
+    return wait_register.run(args.rows or (2_000 if args.quick else wait_register.DEFAULT_WAITS))
+
+
 BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "throughput": (_throughput, "rows/s of trioplay (memory, sqlite) vs raw Trio"),
     "memory": (_memory, "peak RSS of a small-row map on SQLite (100k rows)"),
@@ -188,8 +212,20 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
     "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),
     "faults": (_faults, "one of two processes paused past its lease: no hang, no lost row?"),
+    "wait_kills": (
+        _wait_kills,
+        "event delivery killed (SIGKILL) at random points, sqlite and postgres: is it sound?",
+    ),
+    "wait_register": (
+        _wait_register,
+        "10,000 waits registered a page at a time, polled, registered again: calls and time",
+    ),
+    "wait_race": (
+        _wait_race,
+        "two processes race wait registration against sending (postgres): none lost or doubled",
+    ),
 }
-NOT_IN_ALL = ("compare", "instructions", "sigint", "faults", "plot")
+NOT_IN_ALL = ("compare", "instructions", "sigint", "faults", "plot", "wait_kills", "wait_race")
 DEFAULT = ("throughput", "memory")
 
 

@@ -16,8 +16,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._errors import CorruptReceipt as CorruptReceipt
+from ._errors import EventConflict as EventConflict
+from ._errors import EventRefused as EventRefused
+from ._errors import EventRejected as EventRejected
+from ._errors import EventWaitTimeout as EventWaitTimeout
 from ._errors import FetchError as FetchError
 from ._errors import FetchTimeout as FetchTimeout
+from ._errors import InvalidWait as InvalidWait
 from ._errors import LeaseLost as LeaseLost
 from ._errors import MapMemoryLimitError as MapMemoryLimitError
 from ._errors import PersistenceLatchTripped as PersistenceLatchTripped
@@ -27,12 +32,15 @@ from ._errors import ProviderTransientError as ProviderTransientError
 from ._errors import ReceiptNotRecorded as ReceiptNotRecorded
 from ._errors import ReceiptWaitTimeout as ReceiptWaitTimeout
 from ._errors import RowOutputNotJsonSerializable as RowOutputNotJsonSerializable
+from ._errors import RowSuspended as RowSuspended
 from ._errors import RunEnded as RunEnded
 from ._errors import RunIdConflict as RunIdConflict
+from ._errors import RunWaiting as RunWaiting
 from ._errors import StoreError as StoreError
 from ._errors import ToolExecutionError as ToolExecutionError
 from ._errors import ToolTimeout as ToolTimeout
 from ._errors import TrioplayError as TrioplayError
+from ._errors import UnknownRun as UnknownRun
 from ._errors import UnknownToolError as UnknownToolError
 from ._errors import UnsafeOutboundUrl as UnsafeOutboundUrl
 from ._events import RuntimeEvent as RuntimeEvent
@@ -44,6 +52,7 @@ from ._records import Claimed as Claimed
 from ._records import ClaimOutcome as ClaimOutcome
 from ._records import ClaimRequest as ClaimRequest
 from ._records import Completion as Completion
+from ._records import EventRecord as EventRecord
 from ._records import Failure as Failure
 from ._records import Held as Held
 from ._records import Lease as Lease
@@ -54,10 +63,15 @@ from ._records import RowStatus as RowStatus
 from ._records import RunLeases as RunLeases
 from ._records import RunRecord as RunRecord
 from ._records import RunStatus as RunStatus
+from ._records import SendRequest as SendRequest
+from ._records import SendResult as SendResult
 from ._records import Settled as Settled
 from ._records import SheetEntry as SheetEntry
 from ._records import SheetRow as SheetRow
 from ._records import SheetWrite as SheetWrite
+from ._records import WaitRecord as WaitRecord
+from ._records import WaitRequest as WaitRequest
+from ._records import WaitStatus as WaitStatus
 from ._retry import RecordedFailure as RecordedFailure
 from ._retry import retry_failures as retry_failures
 from ._store import FailureStore as FailureStore
@@ -66,6 +80,7 @@ from ._store import ReceiptStore as ReceiptStore
 from ._store import RunStore as RunStore
 from ._store import SheetStore as SheetStore
 from ._store import Store as Store
+from ._store import WaitStore as WaitStore
 from ._tools import Rate as Rate
 from ._tools import ToolCall as ToolCall
 from ._tools import ToolRegistry as ToolRegistry

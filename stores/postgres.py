@@ -55,7 +55,16 @@ from ._pg_bridge import (
 from ._pg_jobs import Contended, Growth
 from ._pg_sql import CREATE_INCOMING, SCHEMA_VERSION, Sql
 from ._rules import decide_claims, decide_page
-from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
+from ._terms import (
+    AttemptEnd,
+    AttemptStart,
+    PageTerms,
+    RowQuery,
+    attempt_end,
+    attempt_start,
+    row_query,
+)
+from ._waits import WaitOperations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -94,7 +103,7 @@ _URL_OPTIONS: dict[str, type] = {
 }
 
 
-class PostgresStore:
+class PostgresStore(WaitOperations):
     """A :class:`trioplay.Store` in a PostgreSQL schema, shared by any number of processes.
 
     Build it with :meth:`from_url` (``postgresql://user:secret@host:5432/db``,
@@ -225,10 +234,13 @@ class PostgresStore:
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
+        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
     ) -> tp.RunRecord:
-        begin = partial(jobs.begin_attempt, self._sql, run_id, play, input_json, float(now))
-        return await self._call("begin_attempt", begin)
+        begin = (run_id, play, input_json, *attempt_start(**start))
+        return await self._call("begin_attempt", partial(jobs.begin_attempt, self._sql, begin))
+
+    async def _wait_job(self, operation: str, *args: Any, read: bool = False) -> Any:
+        return await self._call(operation, partial(getattr(jobs, operation), self._sql, *args))
 
     async def finish_attempt(
         self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]

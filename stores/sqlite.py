@@ -17,7 +17,7 @@ import os
 import sqlite3
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from urllib.parse import parse_qsl
 
 import trio
@@ -28,7 +28,16 @@ from . import _sqlite_jobs as jobs
 from ._rules import decide_page
 from ._sqlite_bridge import DEFAULT_LOCK_TIMEOUT, Worker
 from ._sqlite_sql import SCHEMA_VERSION
-from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
+from ._terms import (
+    AttemptEnd,
+    AttemptStart,
+    PageTerms,
+    RowQuery,
+    attempt_end,
+    attempt_start,
+    row_query,
+)
+from ._waits import WaitOperations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -43,7 +52,7 @@ _INLINE_BYTES = 1 << 20
 _INLINE_KEYS = 4096
 
 
-class SqliteStore:
+class SqliteStore(WaitOperations):
     """A :class:`trioplay.Store` in one SQLite file, the embedded default.
 
     Build it with :meth:`from_url` (``sqlite:///relative.db``,
@@ -177,11 +186,14 @@ class SqliteStore:
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
+        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
     ) -> tp.RunRecord:
-        return await self._call(
-            "begin_attempt", partial(jobs.begin_attempt, run_id, play, input_json, now)
-        )
+        begin = (run_id, play, input_json, *attempt_start(**start))
+        return await self._call("begin_attempt", partial(jobs.begin_attempt, begin))
+
+    async def _wait_job(self, operation: str, *args: Any, read: bool = False) -> Any:
+        job = partial(getattr(jobs, operation), *args)
+        return await self._call(operation, job, interruptible=read)
 
     async def finish_attempt(
         self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]

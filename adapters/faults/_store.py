@@ -23,14 +23,17 @@ if TYPE_CHECKING:
 
     from trioplay import (
         ClaimOutcome,
+        EventRecord,
         PageClaim,
         Receipt,
         RunLeases,
         RunRecord,
+        SendResult,
         SheetEntry,
         SheetRow,
         SheetWrite,
         Store,
+        WaitRecord,
     )
 
     from ..simulated import Latency
@@ -146,6 +149,25 @@ class StoreWrapper:
 
     async def release_page(self, *args: Any, **kwargs: Any) -> bool:
         return await self._call("release_page", *args, **kwargs)  # type: ignore[no-any-return]
+
+    # -- WaitStore --------------------------------------------------------------
+    async def register_waits(self, *args: Any, **kwargs: Any) -> list[WaitRecord]:
+        return await self._call("register_waits", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def poll_waits(self, *args: Any, **kwargs: Any) -> list[WaitRecord | None]:
+        return await self._call("poll_waits", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def send_event(self, *args: Any, **kwargs: Any) -> SendResult:
+        return await self._call("send_event", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def cancel_run(self, *args: Any, **kwargs: Any) -> int:
+        return await self._call("cancel_run", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def list_waits(self, *args: Any, **kwargs: Any) -> list[WaitRecord]:
+        return await self._call("list_waits", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def list_events(self, *args: Any, **kwargs: Any) -> list[EventRecord]:
+        return await self._call("list_events", *args, **kwargs)  # type: ignore[no-any-return]
 
 
 class SlowStore(StoreWrapper):
