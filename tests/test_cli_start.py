@@ -10,19 +10,17 @@ says the same.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import trio
 
 import trioplay
 
 from .support import CLI_TIMEOUT
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 # Runs the command line in-process, then writes the modules it loaded to argv[1].
 PROBE = """
@@ -58,6 +56,9 @@ NOT_FOR_HELP = (
     "trio",
     "trioplay.stores",
     "trioplay._cli._commands",
+    "trioplay._records",
+    "attrs",
+    "attr",
     "cattrs",
     "sqlite3",
     "importlib.metadata",
@@ -93,17 +94,33 @@ def test_help_loads_no_command(tmp_path: Path) -> None:
     assert _among(modules, tuple(set(NOT_FOR_HELP) - {"importlib.metadata"})) == []
 
 
-def test_import_trioplay_loads_no_room_until_a_name_is_used(tmp_path: Path) -> None:
+def test_import_trioplay_loads_no_module_until_a_name_is_used(tmp_path: Path) -> None:
     probe = "import sys, trioplay; print(' '.join(sorted(sys.modules)))"
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
-    assert _among(set(done.stdout.split()), ("trio", *NOT_FOR_HELP)) == []
+    loaded = set(done.stdout.split())
+    assert _among(loaded, NOT_FOR_HELP) == []
+    assert sorted(m for m in loaded if m.startswith("trioplay.")) == []
     use = "import sys, trioplay; trioplay.Dataset; print(' '.join(sorted(sys.modules)))"
     done = subprocess.run(
         [sys.executable, "-c", use], capture_output=True, text=True, check=True, timeout=60
     )
     assert "trioplay._map" in done.stdout.split()  # the probe above can see a room loaded
+
+
+def test_the_lazy_names_are_the_names_type_checkers_see() -> None:
+    tree = ast.parse(Path(trioplay.__file__).read_text(encoding="utf-8"))
+    seen = {
+        alias.asname or alias.name: "." * node.level + (node.module or "")
+        for block in tree.body
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert seen == trioplay._LAZY
+    assert all(getattr(trioplay, name) is not None for name in seen)
 
 
 async def _a_run(store: str) -> None:
