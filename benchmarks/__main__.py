@@ -9,7 +9,8 @@ row, counted under valgrind, see :mod:`benchmarks.instructions`).
 SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`),
 and ``faults`` one of the promise that a process paused past its lease
 never hangs, corrupts the sheet or misstates the run (see
-:mod:`benchmarks.faults`); ``all`` leaves them out too, and ``plot``,
+:mod:`benchmarks.faults`), ``pgfaults`` one of riding out PostgreSQL faults
+(see :mod:`benchmarks.pgfaults`); ``all`` leaves them out too, and ``plot``,
 which draws no measurement of its own but ``docs/img/latency-scaling.svg``
 from the newest saved ``latency`` and ``scaling-latency`` results (see
 :mod:`benchmarks.plot`).
@@ -33,6 +34,7 @@ from . import (
     latency,
     memory,
     peers,
+    pgfaults,
     plot,
     scaling,
     scenarios,
@@ -98,13 +100,17 @@ def _instructions(args: argparse.Namespace) -> Any:
 
 def _scaling(args: argparse.Namespace) -> Any:
     rows = args.rows or (QUICK_SCALING_ROWS if args.quick else scaling.DEFAULT_ROWS)
-    return scaling.run(rows, save=args.save)
+    counts = scaling.QUICK_PROCESS_COUNTS if args.quick else scaling.PROCESS_COUNTS
+    return scaling.run(rows, save=args.save, process_counts=counts)
 
 
 def _scaling_latency(args: argparse.Namespace) -> Any:
     rows = args.rows or (QUICK_SCALING_LATENCY_ROWS if args.quick else scaling.LATENCY_ROWS)
     stores = ("postgres", "postgres-page-1s")
-    return scaling.run(rows, save=args.save, latency=scaling.LATENCY, stores=stores)
+    counts = scaling.QUICK_PROCESS_COUNTS if args.quick else scaling.PROCESS_COUNTS
+    return scaling.run(
+        rows, save=args.save, latency=scaling.LATENCY, stores=stores, process_counts=counts
+    )
 
 
 def _latency(args: argparse.Namespace) -> Any:
@@ -186,6 +192,11 @@ def _wait_register(args: argparse.Namespace) -> Any:
     return wait_register.run(args.rows or (2_000 if args.quick else wait_register.DEFAULT_WAITS))
 
 
+def _pgfaults(args: argparse.Namespace) -> Any:
+    trials = args.trials or (1 if args.quick else pgfaults.DEFAULT_TRIALS)
+    return pgfaults.run(trials, rows=args.rows or pgfaults.DEFAULT_ROWS)
+
+
 BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "throughput": (_throughput, "rows/s of trioplay (memory, sqlite) vs raw Trio"),
     "memory": (_memory, "peak RSS of a small-row map on SQLite (100k rows)"),
@@ -224,8 +235,21 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
         _wait_race,
         "two processes race wait registration against sending (postgres): none lost or doubled",
     ),
+    "pgfaults": (
+        _pgfaults,
+        "PostgreSQL backends killed, connections cut for 3 and 8 s: ridden out within store_retry?",
+    ),
 }
-NOT_IN_ALL = ("compare", "instructions", "sigint", "faults", "plot", "wait_kills", "wait_race")
+NOT_IN_ALL = (
+    "compare",
+    "instructions",
+    "sigint",
+    "faults",
+    "plot",
+    "wait_kills",
+    "wait_race",
+    "pgfaults",
+)
 DEFAULT = ("throughput", "memory")
 
 
@@ -255,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         "--in-flight", type=int, default=None, help="latency: rows in flight (default 256)"
     )
     parser.add_argument(
-        "--trials", type=int, default=None, help="sigint, faults: runs to interrupt (per store)"
+        "--trials",
+        type=int,
+        default=None,
+        help="sigint, faults: runs to interrupt (per store); pgfaults: of each fault",
     )
     parser.add_argument("--seed", type=int, default=0, help="sigint, faults: seed of the delays")
     parser.add_argument(

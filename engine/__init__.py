@@ -7,7 +7,7 @@ Each name loads its module on first use (:func:`__getattr__`, from
 :data:`_LAZY`), so that ``import trioplay`` loads none of the engine, and
 the command lines that need little of it (``trioplay --help``, ``runs
 list``) load only that: docs/cli.md, "What a command loads". Type checkers
-see the ordinary imports below; ``tests/test_exports.py`` checks that they
+see the ordinary imports below; ``tests/test_cli_start.py`` checks that they
 and :data:`_LAZY` name the same things.
 """
 
@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     from ._errors import FetchTimeout as FetchTimeout
     from ._errors import InvalidWait as InvalidWait
     from ._errors import LeaseLost as LeaseLost
+    from ._errors import MapAccountingError as MapAccountingError
     from ._errors import MapMemoryLimitError as MapMemoryLimitError
     from ._errors import PersistenceLatchTripped as PersistenceLatchTripped
+    from ._errors import PlayAborted as PlayAborted
     from ._errors import PlayDefinitionError as PlayDefinitionError
     from ._errors import PlayInputError as PlayInputError
     from ._errors import ProviderTransientError as ProviderTransientError
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from ._map import Dataset as Dataset
     from ._map import MapResult as MapResult
     from ._map import Row as Row
+    from ._map import WaitingRow as WaitingRow
     from ._map._stall import MapStallObserver as MapStallObserver
     from ._map._stall import WriterDiagnostics as WriterDiagnostics
     from ._plugins import DEFAULT_STORE_URL as DEFAULT_STORE_URL
@@ -91,6 +94,7 @@ if TYPE_CHECKING:
     from ._runtime import open_runtime as open_runtime
     from ._runtime import play as play
     from ._runtime import run as run
+    from ._runtime import send_event as send_event
     from ._store import FailureStore as FailureStore
     from ._store import PageStore as PageStore
     from ._store import ReceiptStore as ReceiptStore
@@ -103,6 +107,7 @@ if TYPE_CHECKING:
     from ._tools import ToolRegistry as ToolRegistry
     from ._tools import ToolSettings as ToolSettings
     from ._tools import ToolSpec as ToolSpec
+    from ._waits import EventWait as EventWait
 
 _LAZY: dict[str, str] = {
     "PlayContext": "._context",
@@ -115,8 +120,10 @@ _LAZY: dict[str, str] = {
     "FetchTimeout": "._errors",
     "InvalidWait": "._errors",
     "LeaseLost": "._errors",
+    "MapAccountingError": "._errors",
     "MapMemoryLimitError": "._errors",
     "PersistenceLatchTripped": "._errors",
+    "PlayAborted": "._errors",
     "PlayDefinitionError": "._errors",
     "PlayInputError": "._errors",
     "ProviderTransientError": "._errors",
@@ -144,6 +151,7 @@ _LAZY: dict[str, str] = {
     "Dataset": "._map",
     "MapResult": "._map",
     "Row": "._map",
+    "WaitingRow": "._map",
     "MapStallObserver": "._map._stall",
     "WriterDiagnostics": "._map._stall",
     "DEFAULT_STORE_URL": "._plugins",
@@ -179,6 +187,7 @@ _LAZY: dict[str, str] = {
     "play": "._runtime",
     "run": "._runtime",
     "Runtime": "._runtime",
+    "send_event": "._runtime",
     "FailureStore": "._store",
     "PageStore": "._store",
     "ReceiptStore": "._store",
@@ -191,6 +200,7 @@ _LAZY: dict[str, str] = {
     "ToolRegistry": "._tools",
     "ToolSettings": "._tools",
     "ToolSpec": "._tools",
+    "EventWait": "._waits",
 }
 """Each public name -> the module that defines it (the imports above)."""
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 TransientCategory = Literal["rate_limit", "network", "upstream"]
 FetchPhase = Literal["headers", "body", "total"]
@@ -333,6 +336,13 @@ class StoreError(TrioplayError):
     fields. ``outcome_unknown`` is true for a write whose commit was sent but
     never confirmed (the connection died during the commit): it may or may
     not have taken effect, and nothing it wrote was reported committed.
+    ``retryable`` is true when the store knows the call did nothing and may
+    be made again as it was (the connection was refused, or lost before
+    anything was committed): the runtime then tries again, within
+    ``Limits.store_retry``, before the run fails. ``retry_with``, when the
+    store sets it, is the call to make instead of the same one again: a
+    write whose outcome is unknown but can be confirmed by reading back
+    (it reads, and writes again only what did not take effect).
     """
 
     code = "STORE"
@@ -345,12 +355,16 @@ class StoreError(TrioplayError):
         operation: str | None = None,
         elapsed: float | None = None,
         outcome_unknown: bool = False,
+        retryable: bool = False,
+        retry_with: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         super().__init__(message)
         self.store = store
         self.operation = operation
         self.elapsed = elapsed
         self.outcome_unknown = outcome_unknown
+        self.retryable = retryable
+        self.retry_with = retry_with
 
 
 class ReceiptNotRecorded(PersistenceLatchTripped, StoreError):
@@ -367,6 +381,33 @@ class ReceiptNotRecorded(PersistenceLatchTripped, StoreError):
     def __init__(self, message: str, *, key: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class PlayAborted(TrioplayError):
+    """Play, resolver or tool code raised an exception that is not an ``Exception``.
+
+    ``SystemExit`` (``sys.exit()``), ``KeyboardInterrupt``, ``GeneratorExit``
+    and any other ``BaseException`` raised by the play's own code would
+    otherwise unwind through the engine as if the process were being stopped:
+    a ``sys.exit(0)`` in a resolver made the command line exit 0 with data
+    missing. The engine turns each into this error instead: a resolver's
+    row is recorded failed and the run fails (whatever ``on_row_error``
+    says), a tool's receipt is released (never recorded as its result). Only
+    Trio's cancellation and a real Ctrl-C (a ``KeyboardInterrupt`` raised by
+    Trio's signal handling) go through as they are. ``raised`` is the type
+    name of what was raised, ``where`` says whose code raised it; the
+    original exception is the ``__cause__``.
+    """
+
+    code = "PLAY_ABORTED"
+
+    def __init__(self, where: str, raised: BaseException) -> None:
+        self.where = where
+        self.raised = type(raised).__name__
+        super().__init__(
+            f"{where} raised {raised!r}, which is not an Exception, so the run failed"
+            " (raise an Exception to fail only the row or the call)"
+        )
 
 
 class RunEnded(TrioplayError, RuntimeError):
@@ -505,6 +546,43 @@ class RowSuspended(BaseException):
     def __init__(self, wait: Any) -> None:
         super().__init__(getattr(wait, "wait_key", wait))
         self.wait = wait
+
+
+class MapSuspended(RowSuspended):
+    """Internal: a map ended with rows waiting, and stops the play (``on_waiting="stop"``).
+
+    Raised once the map's writer has committed every other row; ``waits``
+    are the waits of its waiting rows.
+    """
+
+    def __init__(self, dataset: str, waits: tuple[Any, ...]) -> None:
+        BaseException.__init__(self, f"dataset {dataset!r}: {len(waits)} row(s) waiting")
+        self.wait = waits[0] if waits else None
+        self.waits = waits
+        self.dataset = dataset
+
+
+class MapAccountingError(TrioplayError, RuntimeError):
+    """A map's counts do not add up to the rows it read: a row went missing.
+
+    completed + failed + waiting + skipped (duplicates included) + rows left
+    to another process must equal the rows read. ``missing`` holds up to
+    ten input positions that no count accounts for.
+    """
+
+    code = "MAP_ACCOUNTING"
+
+    def __init__(self, dataset: str, read: int, counted: int, missing: list[int]) -> None:
+        where = ", ".join(str(position) for position in missing) or "none"
+        super().__init__(
+            f"dataset {dataset!r}: {read:,} rows were read but {counted:,} are accounted for "
+            f"(completed + failed + waiting + skipped + left to another process); "
+            f"positions not accounted for (at most 10): {where}"
+        )
+        self.dataset = dataset
+        self.read = read
+        self.counted = counted
+        self.missing = missing
 
 
 def format_error(error: BaseException) -> str:

@@ -130,10 +130,12 @@ class Limits:
     fetch_retry_attempts: int = _field(3, MANY)
     fetch_retry_delay: float = _field(0.1, SPAN_OR_ZERO)
     cleanup_timeout: float = _field(1.0, SPAN)
+    store_retry: float = _field(30.0, SPAN_OR_ZERO)
     loop_lag_threshold: float = _field(0.5, SPAN)
     csv_field_limit: int = _field(131_072, SIZE)
     max_event_wait: float = _field(30 * 24 * 3600.0, EVENT_WAIT)
     max_event_payload_bytes: int = _field(MiB, EVENT_PAYLOAD)
+    event_poll_interval: float = _field(1.0, SPAN)
 
 
 @attrs.frozen(kw_only=True)

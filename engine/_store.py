@@ -39,7 +39,8 @@ Rules every implementation follows:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+import inspect
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._records import (
     ClaimOutcome,
@@ -65,7 +66,7 @@ from ._records import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
 
 class ReceiptStore(Protocol):
@@ -420,3 +421,26 @@ __all__ = [
     "Store",
     "WaitStore",
 ]
+
+
+class StoreWrapping:
+    """Base of the engine's wrappers of a store: each coroutine method wrapped once.
+
+    A subclass says in :meth:`wrap` what becomes of one method; every other
+    attribute (``url``, and private names) passes through. The wrapped
+    method is made on first use and kept as an attribute.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def wrap(self, name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._store, name)
+        if name.startswith("_") or not inspect.iscoroutinefunction(found):
+            return found
+        wrapped = self.wrap(name, found)
+        setattr(self, name, wrapped)  # found once per name, then an attribute
+        return wrapped

@@ -54,6 +54,7 @@ from ._rules import (
     run_leases_of,
     slot_of,
 )
+from ._sqlite_bridge import check_file
 from ._sqlite_sql import (
     BEGIN_ATTEMPT,
     CANCEL_RUN,
@@ -103,6 +104,7 @@ if TYPE_CHECKING:
 def transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
     conn.execute(begin)
     try:
+        check_file(conn)  # never write on into a file that was deleted or replaced
         yield
         conn.execute("COMMIT")
     except BaseException:

@@ -46,6 +46,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+_HINTS = {
+    sqlite3.SQLITE_FULL: "; the disk is full (or the database reached its size limit):"
+    " free space, then run the same command again",
+    sqlite3.SQLITE_IOERR: "; the operating system refused a read or write of the file:"
+    " a file-size limit (ulimit -f), a failing disk, or a file system that went away",
+}
+"""What a full disk and an I/O error each ask of the operator (by SQLite's primary code)."""
+
 # Jobs at most this large run inline, on the Trio thread (a few ms at most);
 # larger payloads (sheet rows, results) are written on the worker thread.
 _INLINE_BYTES = 1 << 20
@@ -173,10 +181,7 @@ class SqliteStore(WaitOperations):
             # that is not valid UTF-8 (a lone surrogate) cannot be stored.
             elapsed = trio.current_time() - started
             code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-            hint = ""
-            if code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
-                # A write the disk refused: nothing of this call was committed.
-                hint = "; check that the disk has free space and the file may grow"
+            hint = _HINTS.get(code, "")  # a write the disk refused: nothing of it committed
             raise StoreError(
                 f"{self.url}: {operation}: {exc}{hint} (after {elapsed:.2f}s)",
                 store=self.url,

@@ -85,7 +85,7 @@ def _among(modules: set[str], packages: tuple[str, ...]) -> list[str]:
 
 
 def test_help_loads_no_command(tmp_path: Path) -> None:
-    for argv in (["--help"], ["runs", "--help"], ["nosuchcommand"]):
+    for argv in (["--help"], ["runs", "--help"], ["send-event", "--help"], ["nosuchcommand"]):
         code, modules = _loaded(tmp_path, *argv)
         assert code == (2 if argv == ["nosuchcommand"] else 0), argv
         assert _among(modules, NOT_FOR_HELP) == [], argv
@@ -141,3 +141,11 @@ async def test_runs_list_and_show_load_the_store_not_the_engine(tmp_path: Path) 
         assert code == 0, argv
         assert "trioplay.stores.sqlite" in modules  # it did read the store
         assert _among(modules, ROOMS) == [], argv
+    # The run has completed: the store refuses the event (exit 2) once it has read the run.
+    code, modules = _loaded(
+        tmp_path, "send-event", "r1", "paid", '"r2"', "--data", "{}", "--store", store
+    )
+    assert code == 2
+    assert "trioplay.stores.sqlite" in modules
+    # The waits room checks the event, and names its events from the recorder's records.
+    assert _among(modules, tuple(set(ROOMS) - {"trioplay._trace"})) == []

@@ -679,6 +679,7 @@ async def test_a_cut_connection_fails_the_run_and_a_rerun_completes_it(schema: s
         lease_ttl=1.0,
         receipt_wait_delay=0.05,
         cleanup_timeout=0.5,
+        store_retry=0,  # the cut lasts: no retry (riding one out is test_postgres_faults.py's)
     )
     rerun_limits = attrs.evolve(limits, lease_ttl=trioplay.Limits().lease_ttl)
 

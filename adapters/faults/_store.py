@@ -197,7 +197,10 @@ class StoreOutage(StoreWrapper):
     ``hang=True`` (the default): a call made during the outage waits,
     unanswered, until the outage ends (a silent database; ``math.inf`` as
     ``duration`` never ends it). ``hang=False``: it raises
-    :class:`trioplay.StoreError` at once (a refused connection).
+    :class:`trioplay.StoreError` at once (a refused connection), marked
+    ``retryable`` when ``retryable=True`` (a store that knows the call did
+    nothing, as the PostgreSQL store does of a refused connection: the
+    runtime tries again within ``Limits.store_retry``).
     ``operations`` defaults to every call; ``RECEIPT_WRITES`` and
     ``SHEET_WRITES`` name common subsets.
     """
@@ -210,11 +213,13 @@ class StoreOutage(StoreWrapper):
         duration: float = math.inf,
         hang: bool = True,
         operations: Collection[str] | None = None,
+        retryable: bool = False,
     ) -> None:
         super().__init__(inner)
         self.start = start
         self.end = start + duration
         self.hang = hang
+        self.retryable = retryable
         self.operations = None if operations is None else frozenset(operations)
         self.refused = 0
         """How many calls the outage held or refused."""
@@ -227,7 +232,9 @@ class StoreOutage(StoreWrapper):
             return
         self.refused += 1
         if not self.hang:
-            raise StoreError(f"simulated store outage: {operation} refused")
+            raise StoreError(
+                f"simulated store outage: {operation} refused", retryable=self.retryable
+            )
         await trio.sleep(self.end - elapsed)  # math.inf: never answers
 
 

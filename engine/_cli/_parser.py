@@ -15,6 +15,7 @@ from .._plugins import DEFAULT_STORE_URL
 from ._common import CONFIG_FILE, DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
 from ._retry import add_retry_command
 from ._scenario import add_scenario_commands
+from ._waits import add_wait_commands
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -283,6 +284,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_settings(config)
     config.set_defaults(command=_cmd_config)
     add_scenario_commands(commands, common)
+    add_wait_commands(
+        commands,
+        common,
+        add_store=_add_store_option,
+        run_id=check_run_id,
+        add_outputs=_add_output_options,
+        add_recording=_add_recording_options,
+    )
     return parser
 
 
