@@ -14,17 +14,26 @@ the implementation it names (SQLite never imports psycopg).
 from __future__ import annotations
 
 import functools
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import PlayDefinitionError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 STORES = "trioplay.stores"
 SOURCES = "trioplay.sources"
 
+DEFAULT_STORE_URL = "sqlite:///.trioplay/trioplay.db"
+"""The store a runtime (and a command) opens when none is named."""
+
 
 @functools.cache
 def _registered(group: str) -> dict[str, EntryPoint]:
+    # Imported here, on the first lookup: importlib.metadata is over eighty
+    # modules, which `trioplay --help` and `import trioplay` need not load.
+    from importlib.metadata import entry_points
+
     return {point.name: point for point in entry_points(group=group)}
 
 

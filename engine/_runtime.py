@@ -34,7 +34,7 @@ from ._limits import FetchTimeouts, Limits
 from ._loop_lag import LoopWatch
 from ._owner import current_owner
 from ._phase import StoreCalls
-from ._plugins import open_store
+from ._plugins import DEFAULT_STORE_URL, open_store
 from ._receipts import DispatchSetup, DispatchStats, open_dispatcher
 from ._run import RunServices
 from ._store import Store
@@ -55,8 +55,6 @@ if TYPE_CHECKING:
     from ._records import RunRecord, RunStatus, SendRequest, SendResult
 
 log = logging.getLogger("trioplay")
-
-DEFAULT_STORE_URL = "sqlite:///.trioplay/trioplay.db"
 
 
 class Play(Protocol):

@@ -50,8 +50,6 @@ import sys
 import traceback
 from typing import TYPE_CHECKING
 
-import attrs
-
 from .._errors import PlayAborted
 from ._common import (
     EXIT_FAILED,
@@ -151,19 +149,21 @@ class _LogHandler(logging.Handler):
             sys.stderr.flush()
 
 
-@attrs.define
+# Plain classes, not attrs ones: this module is imported by every command,
+# `--help` included, which need not load attrs (docs/cli.md).
 class _Repeat:
-    logger: str
-    message: str
-    more: int = 0
+    def __init__(self, logger: str, message: str) -> None:
+        self.logger = logger
+        self.message = message
+        self.more = 0
 
 
-@attrs.define
 class _Session:
     """Per-invocation settings: ``--debug`` and where log lines go."""
 
-    debug: bool
-    handler: _LogHandler = attrs.field(factory=_LogHandler)
+    def __init__(self, debug: bool) -> None:
+        self.debug = debug
+        self.handler = _LogHandler()
 
     @contextlib.contextmanager
     def logging(self) -> Iterator[None]:

@@ -20,13 +20,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from trioplay.stores.sqlite import path_problem
-
 from .._errors import PlayAborted, RunWaiting
 from .._json import canonical_json
-from .._plugins import open_store
+from .._plugins import DEFAULT_STORE_URL, open_store
 from .._retry import recorded_failures
-from .._runtime import DEFAULT_STORE_URL, Play, open_runtime
 from .._store import FailureStore
 from ._common import (
     DEMO_STORE_URL,
@@ -54,10 +51,7 @@ from ._export import (
 )
 from ._failures import FailureKind, bug_line, bug_notes, read_failures
 from ._paths import Guarded, check_outputs, input_files, sqlite_files, store_problem
-from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
-from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
-from ._recording import open_recording
-from ._signals import TaskDump, cancel_on_signals
+from ._signals import cancel_on_signals
 from ._summary import summary_data
 from ._tree import format_tree, run_tree
 from ._waiting import event_line, utc, wait_line, waiting_lines, waits_data
@@ -67,10 +61,18 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
     from .._records import RunLeases, RunRecord
+    from .._runtime import Play
     from .._store import Store
     from .._tools import ToolRegistry
     from .._trace import Recorder
     from . import _Session
+    from ._progress import OutputFile, RunOutcome, RunReporter
+    from ._signals import TaskDump
+
+# What only `run` and `demo` use (the runtime, the play file, the progress
+# bar, the recordings) is imported in their functions, not above: `runs list`,
+# `export` and the rest start without the engine's map, fetch and runtime
+# (docs/cli.md, "What a command loads").
 
 
 # -- configuration and stores ----------------------------------------------------
@@ -126,6 +128,8 @@ def _store_for(url: str, *, must_exist: bool = False) -> Store:
 
 def _check_sqlite_path(url: str, path: str) -> None:
     """Refuse a SQLite path that cannot hold a database before the run starts (exit 2)."""
+    from trioplay.stores.sqlite import path_problem  # a postgresql:// URL need not load SQLite
+
     try:
         problem = path_problem(path) or store_problem(path)
     except OSError as exc:  # a name too long to look up, and the like
@@ -228,6 +232,8 @@ def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
+    from ._playfile import _importable_from, find_play, find_tools, load_play_module, split_play_ref
+
     path, name = split_play_ref(args.play)
     input = _parse_input(args.input, args.csv)
     config = _config_for(args, start_folder(path))
@@ -255,6 +261,8 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
 
 
 def _task_dump(args: argparse.Namespace) -> TaskDump | None:
+    from ._signals import TaskDump
+
     if args.dump_on is None:
         return None
     path = args.dump_to or f"trioplay-tasks-{os.getpid()}.txt"
@@ -283,6 +291,8 @@ def _parse_input(text: str | None, csv_path: str | None) -> Any:
 
 
 def _execute(spec: _RunSpec, session: _Session) -> int:
+    from ._progress import RunReporter, format_summary
+
     reporter = RunReporter()
     try:
         with session.log_through(reporter.write_line):
@@ -385,6 +395,8 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
     the queries after it (the store may be gone by then) only leaves the
     sheet counts out of the summary.
     """
+    from ._recording import open_recording
+
     async with open_recording(spec.events, spec.trace, reporter) as recorder:
         return await _run_recorded(spec, reporter, recorder)
 
@@ -392,6 +404,9 @@ async def _run_and_export(spec: _RunSpec, reporter: RunReporter) -> _Finished:
 async def _run_recorded(
     spec: _RunSpec, reporter: RunReporter, recorder: Recorder | None
 ) -> _Finished:
+    from .._runtime import open_runtime
+    from ._progress import OutputFile
+
     settings = spec.settings
     async with open_runtime(
         store=spec.store,

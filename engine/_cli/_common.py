@@ -31,6 +31,9 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 """SIGTERM."""
 
+CONFIG_FILE = "trioplay.toml"
+"""The configuration file a command looks for (``_config``), named in the help (``_parser``)."""
+
 DEMO_STORE_URL = "sqlite:///.trioplay/demo.db"
 """The demo's own store, apart from the default one so that it never mixes with real runs."""
 DEMO_OUT = "out/demo-leads.csv"

@@ -36,14 +36,13 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 from cattrs.gen import make_dict_structure_fn, override
 
 from .._limits import FetchTimeouts, Limits
-from .._runtime import DEFAULT_STORE_URL
-from ._common import UsageError
+from .._plugins import DEFAULT_STORE_URL
+from ._common import CONFIG_FILE, UsageError
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Iterator, Mapping, Sequence
 
-CONFIG_FILE = "trioplay.toml"
 PYPROJECT = "pyproject.toml"
 DEFAULT = "default"
 

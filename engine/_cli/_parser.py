@@ -9,26 +9,48 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import signal
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._runtime import DEFAULT_STORE_URL
-from ._commands import (
-    _cmd_config,
-    _cmd_demo,
-    _cmd_export,
-    _cmd_run,
-    _cmd_runs_list,
-    _cmd_runs_show,
-    _cmd_timeline,
-)
-from ._common import DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
-from ._config import CONFIG_FILE, parse_limit
+from .._plugins import DEFAULT_STORE_URL
+from ._common import CONFIG_FILE, DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
 from ._retry import add_retry_command
 from ._scenario import add_scenario_commands
 from ._waits import add_wait_commands
+
+if TYPE_CHECKING:
+    import signal
+    from collections.abc import Callable, Sequence
+
+    from . import _Session
+
+    Command = Callable[[argparse.Namespace, _Session], int]
+
+
+def _later(name: str) -> Command:
+    """The handler ``_commands.<name>``, imported when its command runs.
+
+    The parser imports no handler module: ``--help``, ``--version`` and a
+    usage error then load none of what the commands need (Trio, the
+    runtime, the stores; docs/cli.md, "What a command loads").
+    """
+
+    def command(args: argparse.Namespace, session: _Session) -> int:
+        from . import _commands
+
+        handler: Command = getattr(_commands, name)
+        return handler(args, session)
+
+    command.__name__ = command.__qualname__ = name
+    return command
+
+
+_cmd_config = _later("_cmd_config")
+_cmd_demo = _later("_cmd_demo")
+_cmd_export = _later("_cmd_export")
+_cmd_run = _later("_cmd_run")
+_cmd_runs_list = _later("_cmd_runs_list")
+_cmd_runs_show = _later("_cmd_runs_show")
+_cmd_timeline = _later("_cmd_timeline")
 
 _TOOLS_HELP = """\
 How `trioplay run` finds things in FILE.py:
@@ -92,10 +114,29 @@ def check_run_id(text: str) -> str:
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # only for --version
+
     try:
-        return f"trioplay {package_version('trioplay')}"
+        return f"trioplay {version('trioplay')}"
     except PackageNotFoundError:  # run from a checkout that is not installed
         return "trioplay (version unknown: not installed)"
+
+
+class _ShowVersion(argparse.Action):
+    """``--version``: argparse's ``version`` action, but the version is read when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(_version())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,9 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run durable dataset-enrichment plays on Trio.",
         parents=[common],
     )
-    parser.add_argument(
-        "--version", action="version", version=_version(), help="print the version and exit"
-    )
+    parser.add_argument("--version", action=_ShowVersion, help="print the version and exit")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
     demo = commands.add_parser(
@@ -273,6 +312,8 @@ def _add_store_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _dump_signal(text: str) -> signal.Signals:
+    import signal
+
     name = text.upper() if text.upper().startswith("SIG") else "SIG" + text.upper()
     found = signal.Signals.__members__.get(name)
     if found is None:
@@ -356,6 +397,8 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _limit(text: str) -> tuple[str, object]:
+    from ._config import parse_limit  # the configuration's converter: only when --limit is given
+
     try:
         return parse_limit(text)
     except ValueError as exc:

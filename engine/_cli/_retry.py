@@ -12,18 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import trio
-
-from .._retry import RecordedFailure, recorded_failures, retry_failures
-from .._store import FailureStore
-from ._commands import _config_for, _opened, _store_for
 from ._common import EXIT_OK, UsageError
-from ._failures import group
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
 
+    from .._retry import RecordedFailure
     from .._store import Store
     from . import _Session
 
@@ -62,6 +57,11 @@ def add_retry_command(
 
 
 def _cmd_retry(args: argparse.Namespace, session: _Session) -> int:
+    import trio  # here, not above: the parser imports this module (docs/cli.md)
+
+    from ._commands import _config_for, _store_for
+    from ._failures import group
+
     store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
     forgotten = trio.run(_retry, store, args)
     kinds = ", ".join(kind.shown() for kind in group(forgotten))
@@ -74,6 +74,11 @@ def _cmd_retry(args: argparse.Namespace, session: _Session) -> int:
 
 
 async def _retry(store: Store, args: argparse.Namespace) -> list[RecordedFailure]:
+    from .._retry import recorded_failures, retry_failures
+    from .._store import FailureStore
+    from ._commands import _opened
+    from ._failures import group
+
     async with _opened(store):
         if await store.get_run(args.run_id) is None:
             raise UsageError(

@@ -18,15 +18,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trioplay.adapters.scenarios import BUILT_IN, find
-
-from .._scenario import Scenario, describe, parse_seeds, run_scenario, sweep, write_outputs
 from ._common import EXIT_FAILED, EXIT_OK, UsageError
-from ._playfile import _importable_from, load_play_module, split_play_ref
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from .._scenario import Scenario
     from . import _Session
 
 DEFAULT_OUT = "out/scenarios"
@@ -100,13 +97,21 @@ def add_scenario_commands(
 
 
 def _seeds(text: str) -> list[int]:
+    from .._scenario import parse_seeds
+
     try:
         return parse_seeds(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# The handlers import the scenario lab and its scenarios (Trio, httpx, the
+# runtime) when they run: the parser imports this module (docs/cli.md).
+
+
 def _cmd_scenario_list(_args: argparse.Namespace, _session: _Session) -> int:
+    from trioplay.adapters.scenarios import BUILT_IN
+
     width = max(len(s.name) for s in BUILT_IN)
     for scenario in BUILT_IN:
         print(f"{scenario.name:<{width}}  {scenario.description}")
@@ -114,6 +119,8 @@ def _cmd_scenario_list(_args: argparse.Namespace, _session: _Session) -> int:
 
 
 def _cmd_scenario_run(args: argparse.Namespace, session: _Session) -> int:
+    from .._scenario import describe, run_scenario, write_outputs
+
     scenario = _find_scenario(args.scenario)
     with _stall_lines_quiet(session.debug):
         result = run_scenario(scenario, seed=args.seed)
@@ -126,6 +133,8 @@ def _cmd_scenario_run(args: argparse.Namespace, session: _Session) -> int:
 
 
 def _cmd_scenario_sweep(args: argparse.Namespace, session: _Session) -> int:
+    from .._scenario import sweep, write_outputs
+
     scenario = _find_scenario(args.scenario)
     with _stall_lines_quiet(session.debug):
         found = sweep(scenario, args.seeds)
@@ -141,6 +150,11 @@ def _cmd_scenario_sweep(args: argparse.Namespace, session: _Session) -> int:
 
 
 def _find_scenario(ref: str) -> Scenario:
+    from trioplay.adapters.scenarios import BUILT_IN, find
+
+    from .._scenario import Scenario
+    from ._playfile import _importable_from, load_play_module, split_play_ref
+
     built_in = find(ref)
     if built_in is not None:
         return built_in

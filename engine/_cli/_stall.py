@@ -17,13 +17,21 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ._progress import _duration as duration
-
 if TYPE_CHECKING:
     import logging
 
 STALL_LOGGER = "trioplay.stall"
 """The stall observer's logger: its lines are never collapsed."""
+
+
+def duration(seconds: float | None) -> str:
+    """A duration as the progress lines write it."""
+    # Imported here: `_progress` loads the event stream (Trio), which every
+    # command would then pay for, this module being imported by the CLI's
+    # log handler (docs/cli.md, "What a command loads").
+    from ._progress import _duration
+
+    return _duration(seconds)
 
 
 def stall_sentence(record: logging.LogRecord) -> str | None:

@@ -16,20 +16,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from .._errors import EventConflict, EventRefused, InvalidWait, UnknownRun
-from .._runtime import open_runtime
-from .._waits import MISSING, event_request
-from ._commands import _cmd_run, _config_for, _opened, _store_for
 from ._common import EXIT_OK, UsageError
-from ._waiting import sent_line
+
+# Trio, the waits room and the command helpers are imported by the handlers
+# that use them, not above: the parser imports this module, and `--help`
+# need not load them (docs/cli.md, "What a command loads").
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
 
-    from .._limits import Limits
     from .._records import RunRecord, SendRequest, SendResult
     from .._store import Store
     from . import _Session
@@ -140,6 +137,8 @@ def _json_argument(text: str, what: str) -> Any:
 
 
 def _payload(args: argparse.Namespace) -> Any:
+    from .._waits import MISSING
+
     if args.data is not None:
         return _json_argument(args.data, "--data")
     if args.data_file is not None:
@@ -152,6 +151,12 @@ def _payload(args: argparse.Namespace) -> Any:
 
 
 def _cmd_send_event(args: argparse.Namespace, session: _Session) -> int:
+    import trio
+
+    from .._waits import event_request
+    from ._commands import _config_for, _store_for
+    from ._waiting import sent_line
+
     if args.token is not None and (args.name is not None or args.key is not None):
         raise UsageError("--token addresses one wait: give it instead of NAME and KEY")
     if args.token is None and (args.name is None or args.key is None):
@@ -174,7 +179,7 @@ def _cmd_send_event(args: argparse.Namespace, session: _Session) -> int:
         raise UsageError(_flag_named(exc)) from None
     store = _store_for(settings.store, must_exist=True)
     try:
-        result = trio.run(_send, store, settings.limits, request)
+        result = trio.run(_send, store, request)
     except _REFUSED as exc:
         raise UsageError(str(exc)) from None
     what = f"token {args.token[:6]}…" if args.token else f"event {args.name} {args.key}"
@@ -191,13 +196,21 @@ def _flag_named(error: InvalidWait) -> str:
     return f"{flag} {error.problem}"
 
 
-async def _send(store: Store, limits: Limits, request: SendRequest) -> SendResult:
-    async with open_runtime(store=store, limits=limits) as rt:
-        return await rt.send_request(request)
+async def _send(store: Store, request: SendRequest) -> SendResult:
+    # The runtime's own path (Runtime.send_request) with no recorder to tell:
+    # without the runtime, send-event loads Trio, the waits room and the
+    # store, but not the map or fetch (docs/cli.md, "What a command loads").
+    from .._waits import send_checked
+    from ._commands import _opened
+
+    async with _opened(store):
+        return await send_checked(store, request, now=time.time(), facts=None)
 
 
 # -- resume ---------------------------------------------------------------------------
 async def _run_record(store: Store, run_id: str) -> RunRecord:
+    from ._commands import _opened
+
     async with _opened(store):
         record = await store.get_run(run_id)
     if record is None:
@@ -207,6 +220,10 @@ async def _run_record(store: Store, run_id: str) -> RunRecord:
 
 def _cmd_resume(args: argparse.Namespace, session: _Session) -> int:
     """``run`` again, with the play recorded with the run (or the one named) and its input."""
+    import trio
+
+    from ._commands import _cmd_run, _config_for, _store_for
+
     probe = _config_for(args, Path.cwd()).settings
     record = trio.run(_run_record, _store_for(probe.store, must_exist=True), args.run_id)
     reference = args.play or getattr(record, "play_ref", None)
@@ -221,11 +238,17 @@ def _cmd_resume(args: argparse.Namespace, session: _Session) -> int:
 
 # -- cancel ---------------------------------------------------------------------------
 async def _cancel(store: Store, run_id: str) -> int:
+    from ._commands import _opened
+
     async with _opened(store):
         return await store.cancel_run(run_id, now=time.time())
 
 
 def _cmd_cancel(args: argparse.Namespace, session: _Session) -> int:
+    import trio
+
+    from ._commands import _config_for, _store_for
+
     store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
     try:
         cancelled = trio.run(_cancel, store, args.run_id)

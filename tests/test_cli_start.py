@@ -1,0 +1,151 @@
+"""Issue 27, goal 4: the command line starts at once.
+
+A command imports only what it needs: ``--help`` none of Trio, the stores
+or the engine's rooms, ``runs list`` Trio and its store but not the runtime,
+the map, fetch (httpx), the pictures or the scenario lab. Each test runs the
+real command in a fresh interpreter and reads the modules it loaded
+(``sys.modules``), not how long it took: docs/cli.md, "What a command loads",
+says the same.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+import trioplay
+
+from .support import CLI_TIMEOUT
+
+# Runs the command line in-process, then writes the modules it loaded to argv[1].
+PROBE = """
+import json, sys
+from trioplay._cli import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as file:
+    json.dump(sorted(sys.modules), file)
+raise SystemExit(code)
+"""
+
+# What no command needs before it runs a play (docs/cli.md, "What a command loads").
+ROOMS = (
+    "trioplay._runtime",
+    "trioplay._context",
+    "trioplay._map",
+    "trioplay._receipts",
+    "trioplay._fetch",
+    "trioplay._egress",
+    "trioplay._trace",
+    "trioplay._pictures",
+    "trioplay._scenario",
+    "trioplay.adapters",
+    "trioplay._cli._progress",
+    "httpx",
+    "httpcore",
+    "rich",
+    "psycopg",
+)
+# What the parser needs none of: --help and usage errors load nothing of a command.
+NOT_FOR_HELP = (
+    *ROOMS,
+    "trio",
+    "trioplay.stores",
+    "trioplay._cli._commands",
+    "trioplay._records",
+    "attrs",
+    "attr",
+    "cattrs",
+    "sqlite3",
+    "importlib.metadata",
+)
+
+
+def _loaded(tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
+    """The exit code of ``trioplay ARGV`` and the modules it loaded."""
+    listed = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(listed), *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    assert listed.exists(), done.stderr
+    return done.returncode, set(json.loads(listed.read_text()))
+
+
+def _among(modules: set[str], packages: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in packages))
+
+
+def test_help_loads_no_command(tmp_path: Path) -> None:
+    for argv in (["--help"], ["runs", "--help"], ["send-event", "--help"], ["nosuchcommand"]):
+        code, modules = _loaded(tmp_path, *argv)
+        assert code == (2 if argv == ["nosuchcommand"] else 0), argv
+        assert _among(modules, NOT_FOR_HELP) == [], argv
+    code, modules = _loaded(tmp_path, "--version")  # reads the installed version, nothing else
+    assert code == 0
+    assert _among(modules, tuple(set(NOT_FOR_HELP) - {"importlib.metadata"})) == []
+
+
+def test_import_trioplay_loads_no_module_until_a_name_is_used(tmp_path: Path) -> None:
+    probe = "import sys, trioplay; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(done.stdout.split())
+    assert _among(loaded, NOT_FOR_HELP) == []
+    assert sorted(m for m in loaded if m.startswith("trioplay.")) == []
+    use = "import sys, trioplay; trioplay.Dataset; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", use], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "trioplay._map" in done.stdout.split()  # the probe above can see a room loaded
+
+
+def test_the_lazy_names_are_the_names_type_checkers_see() -> None:
+    tree = ast.parse(Path(trioplay.__file__).read_text(encoding="utf-8"))
+    seen = {
+        alias.asname or alias.name: "." * node.level + (node.module or "")
+        for block in tree.body
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert seen == trioplay._LAZY
+    assert all(getattr(trioplay, name) is not None for name in seen)
+
+
+async def _a_run(store: str) -> None:
+    @trioplay.play("nothing")
+    async def nothing(ctx: trioplay.PlayContext, input: object) -> None:
+        return None
+
+    with trio.fail_after(30):
+        async with trioplay.open_runtime(store=store) as rt:
+            await rt.run(nothing, {}, run_id="r1")
+
+
+async def test_runs_list_and_show_load_the_store_not_the_engine(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    await _a_run(store)
+    for argv in (["runs", "list"], ["runs", "show", "r1"], ["runs", "list", "--json"]):
+        code, modules = _loaded(tmp_path, *argv, "--store", store)
+        assert code == 0, argv
+        assert "trioplay.stores.sqlite" in modules  # it did read the store
+        assert _among(modules, ROOMS) == [], argv
+    # The run has completed: the store refuses the event (exit 2) once it has read the run.
+    code, modules = _loaded(
+        tmp_path, "send-event", "r1", "paid", '"r2"', "--data", "{}", "--store", store
+    )
+    assert code == 2
+    assert "trioplay.stores.sqlite" in modules
+    # The waits room checks the event, and names its events from the recorder's records.
+    assert _among(modules, tuple(set(ROOMS) - {"trioplay._trace"})) == []
