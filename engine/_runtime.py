@@ -17,6 +17,7 @@ import trio
 
 from ._budget import ByteBudget
 from ._cleanup import CleanupBudget
+from ._collector import tuned_for_run
 from ._context import PlayContext
 from ._errors import (
     PlayDefinitionError,
@@ -169,7 +170,14 @@ class Runtime:
         protected from it (it arrives at a checkpoint, never between
         beginning the attempt and the ``try`` that records its end); the
         play's code is not.
+
+        While it runs, the garbage collector is tuned for it
+        (:func:`~trioplay._collector.tuned_for_run`).
         """
+        with tuned_for_run():
+            return await self._run(play, input, run_id)
+
+    async def _run(self, play: Play, input: Any, run_id: str | None) -> Any:
         name = play_name(play)
         try:
             input_json = canonical_json(input)
