@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import types
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
@@ -402,7 +403,8 @@ class _MapRun:
         try:
             for column, resolver in self.columns:
                 value = resolver(data, rc)
-                if inspect.isawaitable(value):
+                # An async resolver's coroutine, known without inspect's frame.
+                if type(value) is types.CoroutineType or inspect.isawaitable(value):
                     value = await value
                 data[column] = value
             try:
