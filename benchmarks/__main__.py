@@ -9,7 +9,8 @@ row, counted under valgrind, see :mod:`benchmarks.instructions`).
 SIGTERM leave the store consistent (see :mod:`benchmarks.sigint_trials`),
 and ``faults`` one of the promise that a process paused past its lease
 never hangs, corrupts the sheet or misstates the run (see
-:mod:`benchmarks.faults`); ``all`` leaves them out too, and ``plot``,
+:mod:`benchmarks.faults`), ``pgfaults`` one of riding out PostgreSQL faults
+(see :mod:`benchmarks.pgfaults`); ``all`` leaves them out too, and ``plot``,
 which draws no measurement of its own but ``docs/img/latency-scaling.svg``
 from the newest saved ``latency`` and ``scaling-latency`` results (see
 :mod:`benchmarks.plot`).
@@ -33,12 +34,16 @@ from . import (
     latency,
     memory,
     peers,
+    pgfaults,
     plot,
     scaling,
     scenarios,
     sigint_trials,
     store_calls,
     throughput,
+    wait_kills,
+    wait_race,
+    wait_register,
 )
 
 QUICK_ROWS = 5_000
@@ -95,13 +100,17 @@ def _instructions(args: argparse.Namespace) -> Any:
 
 def _scaling(args: argparse.Namespace) -> Any:
     rows = args.rows or (QUICK_SCALING_ROWS if args.quick else scaling.DEFAULT_ROWS)
-    return scaling.run(rows, save=args.save)
+    counts = scaling.QUICK_PROCESS_COUNTS if args.quick else scaling.PROCESS_COUNTS
+    return scaling.run(rows, save=args.save, process_counts=counts)
 
 
 def _scaling_latency(args: argparse.Namespace) -> Any:
     rows = args.rows or (QUICK_SCALING_LATENCY_ROWS if args.quick else scaling.LATENCY_ROWS)
     stores = ("postgres", "postgres-page-1s")
-    return scaling.run(rows, save=args.save, latency=scaling.LATENCY, stores=stores)
+    counts = scaling.QUICK_PROCESS_COUNTS if args.quick else scaling.PROCESS_COUNTS
+    return scaling.run(
+        rows, save=args.save, latency=scaling.LATENCY, stores=stores, process_counts=counts
+    )
 
 
 def _latency(args: argparse.Namespace) -> Any:
@@ -162,6 +171,32 @@ def _faults(args: argparse.Namespace) -> Any:
     return faults.run(trials, rows=rows, seed=args.seed, stores=stores, save=args.save)
 
 
+def _wait_race(args: argparse.Namespace) -> Any:
+    slots = args.rows or (200 if args.quick else wait_race.DEFAULT_SLOTS)
+    report = wait_race.run(slots)
+    if report["lost"] or report["double"] or report["consumed"] != report["slots"]:
+        raise SystemExit("wait_race: an event was lost or consumed twice")
+    return report
+
+
+def _wait_kills(args: argparse.Namespace) -> Any:
+    trials = args.trials or (3 if args.quick else wait_kills.DEFAULT_TRIALS)
+    slots = args.rows or wait_kills.DEFAULT_SLOTS
+    report = wait_kills.run(trials, slots=slots, seed=args.seed)
+    if any(report[kind]["problem_count"] for kind in ("sqlite", "postgres")):
+        raise SystemExit("wait_kills: a trial left the store unsound")
+    return report
+
+
+def _wait_register(args: argparse.Namespace) -> Any:
+    return wait_register.run(args.rows or (2_000 if args.quick else wait_register.DEFAULT_WAITS))
+
+
+def _pgfaults(args: argparse.Namespace) -> Any:
+    trials = args.trials or (1 if args.quick else pgfaults.DEFAULT_TRIALS)
+    return pgfaults.run(trials, rows=args.rows or pgfaults.DEFAULT_ROWS)
+
+
 BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "throughput": (_throughput, "rows/s of trioplay (memory, sqlite) vs raw Trio"),
     "memory": (_memory, "peak RSS of a small-row map on SQLite (100k rows)"),
@@ -188,8 +223,33 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "instructions": (_instructions, "instructions per row of the throughput contenders (valgrind)"),
     "sigint": (_sigint, "CLI runs interrupted by a signal at random points: is the store sound?"),
     "faults": (_faults, "one of two processes paused past its lease: no hang, no lost row?"),
+    "wait_kills": (
+        _wait_kills,
+        "event delivery killed (SIGKILL) at random points, sqlite and postgres: is it sound?",
+    ),
+    "wait_register": (
+        _wait_register,
+        "10,000 waits registered a page at a time, polled, registered again: calls and time",
+    ),
+    "wait_race": (
+        _wait_race,
+        "two processes race wait registration against sending (postgres): none lost or doubled",
+    ),
+    "pgfaults": (
+        _pgfaults,
+        "PostgreSQL backends killed, connections cut for 3 and 8 s: ridden out within store_retry?",
+    ),
 }
-NOT_IN_ALL = ("compare", "instructions", "sigint", "faults", "plot")
+NOT_IN_ALL = (
+    "compare",
+    "instructions",
+    "sigint",
+    "faults",
+    "plot",
+    "wait_kills",
+    "wait_race",
+    "pgfaults",
+)
 DEFAULT = ("throughput", "memory")
 
 
@@ -219,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         "--in-flight", type=int, default=None, help="latency: rows in flight (default 256)"
     )
     parser.add_argument(
-        "--trials", type=int, default=None, help="sigint, faults: runs to interrupt (per store)"
+        "--trials",
+        type=int,
+        default=None,
+        help="sigint, faults: runs to interrupt (per store); pgfaults: of each fault",
     )
     parser.add_argument("--seed", type=int, default=0, help="sigint, faults: seed of the delays")
     parser.add_argument(

@@ -294,7 +294,7 @@ async def floor_store(n: int, path: Path) -> dict[str, Any]:
                 trioplay.SheetRow(row["domain"], position, "completed", dumps(row), None, 1)
                 for position, row in enriched
             ]
-            store.write_terminal_rows("floor", "leads", sheet, conn)
+            store.write_terminal_rows("floor", "leads", sheet, [None] * len(sheet), conn)
             for position, row in enriched[:1]:
                 if row != expected_row(position):
                     raise AssertionError(f"floor-store: row {position} is {row}")

@@ -57,6 +57,7 @@ from . import plot, workload
 
 DEFAULT_ROWS = 20_000
 PROCESS_COUNTS = (1, 2, 4)
+QUICK_PROCESS_COUNTS = (1, 4)  # --quick: the ends; each worker is a Python start-up
 ROOT = Path(__file__).resolve().parents[1]
 LATENCY_ROWS = 4_000
 LATENCY = 0.1
@@ -177,6 +178,7 @@ def run(
     latency: float = 0.0,
     in_flight: int = LATENCY_IN_FLIGHT,
     stores: tuple[str, ...] = ("sqlite", "postgres"),
+    process_counts: tuple[int, ...] = PROCESS_COUNTS,
 ) -> dict[str, Any]:
     """One variant (``latency`` 0: the throughput workload); print, return and save it."""
     name = "scaling-latency" if latency else "scaling"
@@ -185,7 +187,8 @@ def run(
         if latency
         else "zero-latency tools"
     )
-    print(f"{name}: {rows:,} rows, {what}, 1, 2 and 4 processes sharing one run")
+    counts = ", ".join(map(str, process_counts[:-1])) + f" and {process_counts[-1]}"
+    print(f"{name}: {rows:,} rows, {what}, {counts} processes sharing one run")
     results: dict[str, list[dict[str, Any]]] = {}
     skipped: dict[str, str] = {}
     schema = f"bench_scaling_{uuid.uuid4().hex[:8]}"
@@ -199,7 +202,7 @@ def run(
                     skipped[kind] = problem
                     continue
                 results[kind] = []
-                for processes in PROCESS_COUNTS:
+                for processes in process_counts:
                     if kind == "sqlite":
                         store = f"sqlite:///{tmp}/scaling-{processes}.db"
                     else:

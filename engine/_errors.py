@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 TransientCategory = Literal["rate_limit", "network", "upstream"]
 FetchPhase = Literal["headers", "body", "total"]
@@ -333,6 +336,13 @@ class StoreError(TrioplayError):
     fields. ``outcome_unknown`` is true for a write whose commit was sent but
     never confirmed (the connection died during the commit): it may or may
     not have taken effect, and nothing it wrote was reported committed.
+    ``retryable`` is true when the store knows the call did nothing and may
+    be made again as it was (the connection was refused, or lost before
+    anything was committed): the runtime then tries again, within
+    ``Limits.store_retry``, before the run fails. ``retry_with``, when the
+    store sets it, is the call to make instead of the same one again: a
+    write whose outcome is unknown but can be confirmed by reading back
+    (it reads, and writes again only what did not take effect).
     """
 
     code = "STORE"
@@ -345,12 +355,16 @@ class StoreError(TrioplayError):
         operation: str | None = None,
         elapsed: float | None = None,
         outcome_unknown: bool = False,
+        retryable: bool = False,
+        retry_with: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         super().__init__(message)
         self.store = store
         self.operation = operation
         self.elapsed = elapsed
         self.outcome_unknown = outcome_unknown
+        self.retryable = retryable
+        self.retry_with = retry_with
 
 
 class ReceiptNotRecorded(PersistenceLatchTripped, StoreError):
@@ -369,6 +383,33 @@ class ReceiptNotRecorded(PersistenceLatchTripped, StoreError):
         self.key = key
 
 
+class PlayAborted(TrioplayError):
+    """Play, resolver or tool code raised an exception that is not an ``Exception``.
+
+    ``SystemExit`` (``sys.exit()``), ``KeyboardInterrupt``, ``GeneratorExit``
+    and any other ``BaseException`` raised by the play's own code would
+    otherwise unwind through the engine as if the process were being stopped:
+    a ``sys.exit(0)`` in a resolver made the command line exit 0 with data
+    missing. The engine turns each into this error instead: a resolver's
+    row is recorded failed and the run fails (whatever ``on_row_error``
+    says), a tool's receipt is released (never recorded as its result). Only
+    Trio's cancellation and a real Ctrl-C (a ``KeyboardInterrupt`` raised by
+    Trio's signal handling) go through as they are. ``raised`` is the type
+    name of what was raised, ``where`` says whose code raised it; the
+    original exception is the ``__cause__``.
+    """
+
+    code = "PLAY_ABORTED"
+
+    def __init__(self, where: str, raised: BaseException) -> None:
+        self.where = where
+        self.raised = type(raised).__name__
+        super().__init__(
+            f"{where} raised {raised!r}, which is not an Exception, so the run failed"
+            " (raise an Exception to fail only the row or the call)"
+        )
+
+
 class RunEnded(TrioplayError, RuntimeError):
     """A context (``ctx``, ``rc``) was used after the run it belongs to ended.
 
@@ -384,6 +425,127 @@ class RunEnded(TrioplayError, RuntimeError):
             "call no tool, step or fetch; make the call inside the play while it runs"
         )
         self.run_id = run_id
+
+
+class InvalidWait(TrioplayError, ValueError):
+    """A wait or an event was given a bad value: the message names the field and what it accepts.
+
+    Raised before anything is written (a wait without a bound, a NaN or
+    too-long timeout, an empty name, a key or payload that is not JSON, a
+    payload over ``Limits.max_event_payload_bytes``, a forged or foreign
+    token). ``field`` is the name of the offending argument.
+    """
+
+    code = "INVALID_WAIT"
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class EventWaitTimeout(TrioplayError):
+    """A wait's deadline passed with no event (and no ``default``): the row fails with this.
+
+    ``deadline`` is the wall-clock instant written when the wait was first
+    registered; a restart never moves it.
+    """
+
+    code = "EVENT_WAIT_TIMEOUT"
+
+    def __init__(self, name: str, key_json: str, deadline: float) -> None:
+        super().__init__(
+            f"no event {name!r} with key {key_json} arrived by the wait's deadline "
+            f"({deadline:.3f}, epoch seconds)"
+        )
+        self.name = name
+        self.key_json = key_json
+        self.deadline = deadline
+
+
+class EventRejected(TrioplayError):
+    """The sender rejected the wait (``send-event --reject REASON``): the row fails with this."""
+
+    code = "EVENT_REJECTED"
+
+    def __init__(self, name: str, key_json: str, reason: str) -> None:
+        super().__init__(f"event {name!r} with key {key_json} was rejected: {reason}")
+        self.name = name
+        self.key_json = key_json
+        self.reason = reason
+
+
+class EventConflict(TrioplayError, ValueError):
+    """An event id was sent again with another content (name, key, payload or reject reason).
+
+    A resend with the same id and the same content is a no-op (``duplicate``);
+    another content under a used id is refused, and nothing is written.
+    """
+
+    code = "EVENT_CONFLICT"
+
+    def __init__(self, run_id: str, event_id: str) -> None:
+        super().__init__(
+            f"event id {event_id!r} of run {run_id!r} was already sent with another content; "
+            "send it with a new id (or without --id)"
+        )
+        self.run_id = run_id
+        self.event_id = event_id
+
+
+class EventRefused(TrioplayError):
+    """An event for a run that is over (``completed`` or ``cancelled``): nothing is written."""
+
+    code = "EVENT_REFUSED"
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id!r} is {status}: it takes no more events")
+        self.run_id = run_id
+        self.status = status
+
+
+class UnknownRun(TrioplayError, LookupError):
+    """No run of this id in this store (an event for it is refused, nothing is written)."""
+
+    code = "UNKNOWN_RUN"
+
+    def __init__(self, run_id: str, store: str) -> None:
+        super().__init__(f"no run {run_id!r} in {store}")
+        self.run_id = run_id
+        self.store = store
+
+
+class RunWaiting(TrioplayError):
+    """The run stopped with rows (or the play) waiting for outside events.
+
+    Its status is ``waiting``. ``waits`` are the open waits (``WaitRecord``),
+    ``next_deadline`` the earliest of their deadlines. Send the events
+    (``trioplay send-event``), then resume the run (a rerun).
+    """
+
+    code = "RUN_WAITING"
+
+    def __init__(self, run_id: str, waits: tuple[Any, ...], next_deadline: float | None) -> None:
+        count = len(waits)
+        super().__init__(
+            f"run {run_id!r} is waiting for {count} event{'s' if count != 1 else ''}"
+            + (f" (next deadline {next_deadline:.3f})" if next_deadline is not None else "")
+        )
+        self.run_id = run_id
+        self.waits = waits
+        self.next_deadline = next_deadline
+
+
+class RowSuspended(BaseException):
+    """Internal: a row (or play) suspends on an open wait.
+
+    A ``BaseException``, as ``trio.Cancelled`` is, so ``except Exception`` in
+    user code cannot swallow it. ``wait`` is the open ``WaitRecord``.
+    """
+
+    def __init__(self, wait: Any) -> None:
+        super().__init__(getattr(wait, "wait_key", wait))
+        self.wait = wait
 
 
 def format_error(error: BaseException) -> str:

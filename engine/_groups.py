@@ -38,7 +38,9 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
 def collapse(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The one exception a group stands for (see the module docstring)."""
     leaves = _leaves(group)
-    errors = [exc for exc in leaves if not isinstance(exc, trio.Cancelled)]
+    # One error object raised in many tasks (a store error every caller of a
+    # failed batch gets) counts once.
+    errors = list({id(exc): exc for exc in leaves if not isinstance(exc, trio.Cancelled)}.values())
     if not errors:
         return leaves[0]
     # Ctrl-C reads as Ctrl-C, whatever else went wrong as it landed.
@@ -46,9 +48,48 @@ def collapse(group: BaseExceptionGroup[BaseException]) -> BaseException:
     first = errors[0]
     others = errors[1:]
     if others:
-        names = ", ".join(type(exc).__name__ for exc in others)
-        first.add_note(f"trioplay: {len(others)} further error(s) in the same scope: {names}")
+        first.add_note(
+            f"trioplay: {len(others)} further error(s) in the same scope: {_tally(first, others)}"
+        )
     return first
+
+
+def _tally(first: BaseException, others: list[BaseException]) -> str:
+    """``others`` counted: those that say what ``first`` says, then the rest by type."""
+    same = 0
+    kinds: dict[str, int] = {}
+    for exc in others:
+        if type(exc) is type(first) and str(exc) == str(first):
+            same += 1
+        else:
+            kinds[type(exc).__name__] = kinds.get(type(exc).__name__, 0) + 1
+    parts = [f"{same} failed the same way"] if same else []
+    parts += [f"{count} {name}" for name, count in kinds.items()]
+    return ", ".join(parts)
+
+
+def note_counted(error: BaseException, kind: str, note: str) -> None:
+    """Add ``note`` to ``error``; when ``error`` already has a ``kind`` note, count it instead.
+
+    One error object raised in many tasks (a store error that every row of a
+    failed batch gets) would otherwise carry one note per task: the first
+    says where, one more line says how many more ``kind`` failed the same way.
+    """
+    notes = getattr(error, "__notes__", None)
+    counts: dict[str, tuple[int, int]] = error.__dict__.setdefault("_trioplay_counted", {})
+    if notes is None or kind not in counts:
+        error.add_note(note)
+        counts[kind] = (-1, 0)
+        return
+    where, more = counts[kind]
+    more += 1
+    line = f"trioplay: {more} more {kind} failed the same way"
+    if where < 0:
+        error.add_note(line)
+        where = len(notes) - 1
+    else:
+        notes[where] = line
+    counts[kind] = (where, more)
 
 
 def _raise_one(group: BaseExceptionGroup[BaseException]) -> NoReturn:

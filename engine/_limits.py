@@ -89,6 +89,16 @@ SPAN_OR_ZERO = Accepts(
     False, 0, True, f"finite seconds from 0 to {MAX_SECONDS:,} (a week)", MAX_SECONDS
 )
 
+# Waits (issue 22) outlive a process: their bound is days, not a week of a run.
+MAX_EVENT_WAIT = 366 * 24 * 3600  # a year
+EVENT_WAIT = Accepts(
+    False, 0, False, f"finite seconds above 0, at most {MAX_EVENT_WAIT:,} (a year)", MAX_EVENT_WAIT
+)
+MAX_EVENT_PAYLOAD = 64 * MiB
+EVENT_PAYLOAD = Accepts(
+    True, 1, True, f"whole numbers from 1 to {MAX_EVENT_PAYLOAD:,} (64 MiB)", MAX_EVENT_PAYLOAD
+)
+
 
 def _field(default: Any, accepts: Accepts) -> Any:
     return attrs.field(default=default, validator=accepts.validator)
@@ -120,8 +130,11 @@ class Limits:
     fetch_retry_attempts: int = _field(3, MANY)
     fetch_retry_delay: float = _field(0.1, SPAN_OR_ZERO)
     cleanup_timeout: float = _field(1.0, SPAN)
+    store_retry: float = _field(30.0, SPAN_OR_ZERO)
     loop_lag_threshold: float = _field(0.5, SPAN)
     csv_field_limit: int = _field(131_072, SIZE)
+    max_event_wait: float = _field(30 * 24 * 3600.0, EVENT_WAIT)
+    max_event_payload_bytes: int = _field(MiB, EVENT_PAYLOAD)
 
 
 @attrs.frozen(kw_only=True)

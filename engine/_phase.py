@@ -14,23 +14,27 @@ read and naming the call (four attribute writes in all). A phase change
 reads the clock, and happens only when a call waits or fetches.
 
 Phase ``store`` is the run's, not a row's: :class:`StoreCalls` counts the
-run's store calls in flight, since when, and the stall observer names the
-store when one of them has gone unanswered for a whole stall interval (rows
+run's store calls in flight, since when, and how long the store was busy,
+and the stall observer names the store when it was busy for at least half
+of a stall interval, or one call has gone unanswered for a whole one (rows
 then wait on it, whatever their own phase says: a slot held by a call whose
 receipt is not yet written, a commit, a claim).
 """
 
 from __future__ import annotations
 
-import inspect
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import trio
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from ._errors import StoreError
+from ._store import StoreWrapping
 
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from ._loop_lag import LoopWatch
     from ._store import Store
 
 Phase = Literal["resolver", "governor", "fetch"]
@@ -100,13 +104,24 @@ def leave_row(token: Token[RowPhase | None]) -> None:
 
 
 class StoreCalls:
-    """The store calls of one run in flight: since when, and which operation."""
+    """The store calls of one run in flight: since when, and which operation.
 
-    __slots__ = ("_calls", "_next")
+    It also keeps how long the store has been busy in all (at least one call
+    in flight), so that a run stalled by a store that answers slowly, call
+    after call (a lock, a statement that waits for its timeout), is told
+    from one stalled elsewhere although no single call lasts a whole stall
+    interval: see :meth:`busy_time`.
+    """
+
+    __slots__ = ("_busy", "_busy_since", "_calls", "_next", "loop_watch")
 
     def __init__(self) -> None:
+        self.loop_watch: LoopWatch | None = None
+        """The run's loop-lag watchdog, once it runs: a failed call names a loop stall."""
         self._calls: dict[int, tuple[float, str]] = {}
         self._next = 0
+        self._busy = 0.0  # seconds with a call in flight, up to _busy_since
+        self._busy_since = 0.0  # when the calls in flight began to be in flight
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -115,38 +130,68 @@ class StoreCalls:
         """``(started_at, operation)`` of the oldest call in flight, or ``None``."""
         return min(self._calls.values(), default=None)
 
+    def busy_time(self, now: float) -> float:
+        """Seconds, up to ``now``, during which at least one store call was in flight.
+
+        Only differences mean anything: the busy time of an interval is this
+        at its end minus this at its start.
+        """
+        return self._busy + (now - self._busy_since if self._calls else 0.0)
+
     def watch(self, store: Store) -> Store:
         """``store``, with every call it answers counted here while in flight."""
         return cast("Store", _Watched(store, self))
 
     def _start(self, operation: str) -> int:
         self._next += 1
-        self._calls[self._next] = (trio.current_time(), operation)
+        now = trio.current_time()
+        if not self._calls:
+            self._busy_since = now
+        self._calls[self._next] = (now, operation)
         return self._next
+
+    def _blame_the_loop(self, token: int, error: StoreError) -> None:
+        """Say so on ``error`` when the event loop was blocked while its call was in flight.
+
+        A resolver that runs for a minute without ``await`` holds up every
+        task, and the store's own deadlines pass meanwhile: the call may
+        then fail for want of an answer the database gave in time.
+        """
+        watch = self.loop_watch
+        if watch is None:
+            return
+        lag = watch.lag_since(self._calls[token][0])
+        if lag > 0:
+            error.add_note(
+                f"trioplay: the event loop was blocked for {lag:.1f}s while this store call was"
+                " in flight (a loop stall: code that ran without await; see the loop.lag"
+                " event), which may be why it failed rather than the database"
+            )
 
     def _end(self, token: int) -> None:
         del self._calls[token]
+        if not self._calls:  # idle again: one clock read, only then
+            self._busy += trio.current_time() - self._busy_since
 
 
-class _Watched:
+class _Watched(StoreWrapping):
     """A store whose coroutine methods report to :class:`StoreCalls` (others pass through)."""
 
     def __init__(self, store: Store, calls: StoreCalls) -> None:
-        self._store = store
+        super().__init__(store)
         self._calls = calls
 
-    def __getattr__(self, name: str) -> Any:
-        found = getattr(self._store, name)
-        if name.startswith("_") or not inspect.iscoroutinefunction(found):
-            return found
+    def wrap(self, name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
         calls = self._calls
 
         async def watched(*args: Any, **kwargs: Any) -> Any:
             token = calls._start(name)
             try:
-                return await found(*args, **kwargs)
+                return await method(*args, **kwargs)
+            except StoreError as exc:
+                calls._blame_the_loop(token, exc)
+                raise
             finally:
                 calls._end(token)
 
-        setattr(self, name, watched)  # found once per name, then an attribute
         return watched

@@ -7,14 +7,19 @@ stores them as they are and never parses them.
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Literal
 
 import attrs
 
+from ._errors import InvalidWait
+
 ReceiptStatus = Literal["pending", "running", "completed", "failed", "skipped"]
 Operation = Literal["tool", "fetch", "step"]
 RowStatus = Literal["completed", "failed"]
-RunStatus = Literal["running", "completed", "failed", "cancelled"]
+RunStatus = Literal["running", "completed", "failed", "cancelled", "waiting"]
+WaitStatus = Literal["waiting", "delivered", "rejected", "timed_out", "cancelled"]
 SheetWrite = Literal["written", "kept", "fenced"]
 """What ``write_terminal_rows`` did with one row.
 
@@ -202,3 +207,175 @@ class RunRecord:
     output_json: str | None = None
     error: str | None = None
     stats_json: str | None = None
+    # Child plays (issue 23) and ``trioplay resume RUN`` (issue 22): the run
+    # that started this one, the root of its tree (itself for a root), its
+    # depth (0 for a root), and the play's reference (``FILE.py:PLAY``), when known.
+    parent_run_id: str | None = None
+    root_run_id: str | None = None
+    depth: int = 0
+    play_ref: str | None = None
+
+
+# -- waits and events (issue 22) ----------------------------------------------
+# The checks below run when a wait or an event record is built, so bad input
+# is refused (InvalidWait, naming the field) before any store sees it.
+
+
+def check_wait_name(field: str, value: object) -> None:
+    """A non-empty string (a wait's name, an id, a token)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidWait(field, f"must be a non-empty string, got {value!r}")
+
+
+def check_json_text(field: str, value: object) -> None:
+    """JSON text; the refusal names the line and column where it stops parsing."""
+    if not isinstance(value, str):
+        raise InvalidWait(field, f"must be JSON text, got {type(value).__name__}")
+    try:
+        json.loads(value)
+    except ValueError as error:
+        if isinstance(error, json.JSONDecodeError):
+            problem = f"at line {error.lineno}, column {error.colno}: {error.msg}"
+        else:
+            problem = str(error)
+        raise InvalidWait(field, f"is not JSON {problem}") from None
+
+
+def check_instant(field: str, value: object) -> None:
+    """A finite wall-clock instant (epoch seconds)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidWait(field, f"must be a finite instant in epoch seconds, got {value!r}")
+
+
+def check_send_body(payload_json: str | None, reject: str | None) -> None:
+    """An event carries a payload or a reject reason (a non-empty string), not both."""
+    if payload_json is not None and reject is not None:
+        raise InvalidWait("reject", "an event carries a payload or a reject reason, not both")
+    if reject is not None:
+        check_wait_name("reject", reject)
+    elif payload_json is None:
+        raise InvalidWait("payload_json", "an event needs a payload (JSON) or a reject reason")
+
+
+def _name(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    check_wait_name(attribute.name, value)
+
+
+def _json(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    check_json_text(attribute.name, value)
+
+
+def _json_or_none(
+    instance: object, attribute: attrs.Attribute[str | None], value: str | None
+) -> None:
+    if value is not None:
+        check_json_text(attribute.name, value)
+
+
+def _instant(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    check_instant(attribute.name, value)
+
+
+@attrs.frozen
+class WaitRequest:
+    """What a row (or a play) registers: one wait for an outside event.
+
+    ``wait_key`` is derived like a receipt key from (run, dataset, row key,
+    name, key, occurrence), so a rerun meets the same wait. ``dataset`` and
+    ``row_key`` are ``None`` for a play-level wait. ``key_json`` is the
+    canonical JSON of the user's key (``"null"`` when none). ``deadline`` is
+    a wall-clock instant (epoch seconds) and ``token`` an opaque, unguessable
+    string (``secrets.token_urlsafe(24)``): both are written once, when the
+    wait is first registered, and never recomputed. Bad values raise
+    :class:`trioplay.InvalidWait` naming the field, before any store sees them.
+    """
+
+    wait_key: str = attrs.field(validator=_name)
+    run_id: str = attrs.field(validator=_name)
+    dataset: str | None
+    row_key: str | None
+    name: str = attrs.field(validator=_name)
+    key_json: str = attrs.field(validator=_json)
+    deadline: float = attrs.field(validator=_instant)
+    token: str = attrs.field(validator=_name)
+
+
+@attrs.frozen
+class WaitRecord:
+    """A wait as stored.
+
+    ``status`` starts ``waiting`` and settles once: ``delivered`` (the
+    event's payload copied into ``payload_json``, so every replay in any
+    process reads this one value), ``rejected`` (the sender's ``reason``),
+    ``timed_out`` (``now > deadline`` with no event) or ``cancelled`` (the
+    run was cancelled). ``event_id`` names the event that settled it.
+    """
+
+    wait_key: str
+    run_id: str
+    dataset: str | None
+    row_key: str | None
+    name: str
+    key_json: str
+    token: str
+    deadline: float
+    status: WaitStatus
+    created_at: float
+    settled_at: float | None = None
+    payload_json: str | None = None
+    reason: str | None = None
+    event_id: str | None = None
+
+
+@attrs.frozen
+class SendRequest:
+    """An event for the waits of ``(run_id, name, key_json)``.
+
+    ``payload_json`` is the event's payload (``None`` with ``reject``: the
+    wait settles ``rejected`` with that reason). ``event_id`` is the
+    sender's id (``--id``) or a fresh random one: the same id sent again is
+    a no-op. With ``token``, the event is addressed by a wait's token
+    instead: ``name`` and ``key_json`` come from that wait (pass them empty).
+    """
+
+    run_id: str = attrs.field(validator=_name)
+    name: str
+    key_json: str
+    payload_json: str | None = attrs.field(validator=_json_or_none)
+    event_id: str = attrs.field(validator=_name)
+    reject: str | None = None
+    token: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.token is None:
+            check_wait_name("name", self.name)
+            check_json_text("key_json", self.key_json)
+        check_send_body(self.payload_json, self.reject)
+
+
+@attrs.frozen
+class SendResult:
+    """What ``send_event`` did: ``delivered`` (to ``wait_key``, in ``dataset``
+    and ``row_key``), ``buffered`` (no open wait yet: the next one to
+    register takes it) or ``duplicate`` (this ``event_id`` was sent before
+    with the same content; nothing written)."""
+
+    outcome: Literal["delivered", "buffered", "duplicate"]
+    event_id: str
+    wait_key: str | None = None
+    dataset: str | None = None
+    row_key: str | None = None
+
+
+@attrs.frozen
+class EventRecord:
+    """An event as stored; ``consumed_by`` is the wait that took it, ``None`` while buffered."""
+
+    event_id: str
+    run_id: str
+    name: str
+    key_json: str
+    payload_json: str | None
+    reject: str | None
+    sent_at: float
+    consumed_by: str | None = None

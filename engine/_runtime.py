@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import trio
 
+from ._aborts import aborted
 from ._budget import ByteBudget
 from ._cleanup import CleanupBudget
 from ._collector import tuned_for_run
@@ -35,6 +36,7 @@ from ._plugins import open_store
 from ._receipts import DispatchSetup, DispatchStats, open_dispatcher
 from ._run import RunServices
 from ._store import Store
+from ._store_retry import retrying
 from ._tools import ToolRegistry
 from ._trace._listen import EventListener
 from ._trace._recorder import Recorder
@@ -111,6 +113,8 @@ class Runtime:
         recorder: Recorder | None = None,
     ) -> None:
         self.store = store
+        # What the runs use: the store, its calls retried within limits.store_retry.
+        self._store = retrying(store, limits.store_retry)
         self.tools = tools
         self.limits = limits
         self.fetch_timeouts = fetch_timeouts
@@ -185,7 +189,7 @@ class Runtime:
             raise PlayInputError(f"play input must be JSON-serialisable: {exc}") from None
         if run_id is None:
             run_id = default_run_id(name, input_json)
-        record = await self.store.begin_attempt(run_id, name, input_json, now=self.wall_clock())
+        record = await self._store.begin_attempt(run_id, name, input_json, now=self.wall_clock())
         if (record.play, record.input_json) != (name, input_json):
             raise RunIdConflict(
                 run_id,
@@ -205,7 +209,7 @@ class Runtime:
         dispatcher: Dispatcher | None = None
         try:
             store_calls = StoreCalls()
-            store = store_calls.watch(self.store)
+            store = store_calls.watch(self._store)
             setup = DispatchSetup(
                 store=store,
                 governor=self.governor,
@@ -251,13 +255,14 @@ class Runtime:
                 # caller's task waits here: a KeyboardInterrupt, delivered to
                 # it, then cancels the whole run at once (the map's writer and
                 # the settler clean up side by side), as a cancel would.
+                store_calls.loop_watch = loop_watch
                 dispatcher.start_soon(loop_watch.run)
                 dispatcher.start_soon(body)
                 await done.wait()
             [output] = returned
             try:
                 output_json = dumps_output(output)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):
                 log.warning("run %s: the play's output is not JSON and was not stored", run_id)
             status = "completed"
             return output
@@ -275,7 +280,7 @@ class Runtime:
             # Fenced by the attempt: if another process began a later attempt
             # of this run meanwhile, the run's status is that attempt's to write.
             finish = functools.partial(
-                self.store.finish_attempt,
+                self._store.finish_attempt,
                 run_id,
                 status,
                 attempt=record.attempt,
@@ -311,8 +316,18 @@ class Runtime:
 
 @trio.lowlevel.disable_ki_protection
 async def _call_play(play: Play, ctx: PlayContext, input: Any) -> Any:
-    """The play, outside :meth:`Runtime.run`'s protection: Ctrl-C interrupts it where it lands."""
-    return await play(ctx, input)
+    """The play, outside :meth:`Runtime.run`'s protection: Ctrl-C interrupts it where it lands.
+
+    A ``SystemExit`` or another ``BaseException`` of its own fails the run
+    as a :class:`PlayAborted` (see ``_aborts``).
+    """
+    try:
+        return await play(ctx, input)
+    except BaseException as exc:
+        failure = aborted(exc, f"play {play_name(play)!r}")
+        if failure is None:
+            raise
+        raise failure from exc
 
 
 def _stats_dict(stats: DispatchStats) -> dict[str, int]:

@@ -1,9 +1,10 @@
 """The ``Store`` protocol: everything the engine asks of durable storage.
 
-``Store`` is four protocols, one per room of the engine that uses it:
+``Store`` is five protocols, one per room of the engine that uses it:
 :class:`ReceiptStore` (the receipts dispatcher), :class:`SheetStore` (the
 terminal-row writer and the sheet's readers), :class:`PageStore` (the map's
-page leases) and :class:`RunStore` (the runtime and the command line), plus
+page leases), :class:`RunStore` (the runtime and the command line) and
+:class:`WaitStore` (waiting rows and the events they wait for), plus
 the store's life (``url``, ``open``, ``aclose``). Every method is in exactly
 one; a room typed with its own protocol can call nothing else. There is no
 runtime difference: a store implements ``Store`` whole.
@@ -38,12 +39,14 @@ Rules every implementation follows:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+import inspect
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._records import (
     ClaimOutcome,
     ClaimRequest,
     Completion,
+    EventRecord,
     Failure,
     Lease,
     PageClaim,
@@ -53,13 +56,17 @@ from ._records import (
     RunLeases,
     RunRecord,
     RunStatus,
+    SendRequest,
+    SendResult,
     SheetEntry,
     SheetRow,
     SheetWrite,
+    WaitRecord,
+    WaitRequest,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
 
 class ReceiptStore(Protocol):
@@ -209,7 +216,14 @@ class RunStore(Protocol):
     """
 
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
+        self,
+        run_id: str,
+        play: str,
+        input_json: str,
+        *,
+        now: float,
+        play_ref: str | None = None,
+        parent_run_id: str | None = None,
     ) -> RunRecord:
         """Create the run (attempt 1) or start its next attempt (attempt + 1).
 
@@ -217,6 +231,12 @@ class RunStore(Protocol):
         stored with another ``play`` or another ``input_json`` is left as it
         is, in the same transaction, and returned as stored: the caller sees
         the difference (the runtime refuses the run id, ``RunIdConflict``).
+        So is a ``cancelled`` run: cancelling ends a run for good.
+
+        A new run records ``parent_run_id``, and from the parent (when the
+        store has it) ``root_run_id`` (the parent's root; the run itself for
+        a root) and ``depth`` (the parent's + 1). ``play_ref`` is recorded
+        when given (a later attempt without one keeps the stored one).
         """
         ...
 
@@ -298,13 +318,82 @@ class FailureStore(Protocol):
 
 
 @runtime_checkable
-class Store(RunStore, ReceiptStore, SheetStore, PageStore, Protocol):
-    """Durable storage for runs, receipts, dataset sheets and page leases.
+class WaitStore(Protocol):
+    """Waits and events (issue 22): rows suspended on outside events, and the events.
 
-    The four room protocols together, and the store's life: whoever opens
+    Used by the row and play contexts (``register_waits``, ``poll_waits``),
+    the runtime and the command line (``send_event``, ``cancel_run``,
+    ``list_waits``, ``list_events``). Every decision is a pure function of
+    ``trioplay.stores._rules`` (``decide_register``, ``decide_send``,
+    ``decide_timeouts``) applied in one transaction.
+
+    Rules: a sender and a registrar meet under one lock that exists before
+    either row does (SQLite's write lock; PostgreSQL's transaction-scoped
+    advisory lock on a hash of ``(run, name, key)``), so an event sent just
+    before its waiter registers is buffered and taken at registration. Each
+    event settles at most one wait, the oldest waiting one first (by
+    ``created_at``, then ``wait_key``), events in send order. The deadline
+    is written once. An event with ``sent_at <= deadline`` may settle a
+    wait; a wait times out when ``now > deadline``; an event stamped after a
+    wait's deadline never settles it (it stays buffered, listed as
+    unclaimed). Times are the caller's ``now``.
+    """
+
+    async def register_waits(
+        self, requests: Sequence[WaitRequest], *, now: float
+    ) -> list[WaitRecord]:
+        """Register waits in one transaction; records in the order of ``requests``.
+
+        A ``wait_key`` already stored is returned as stored (its deadline and
+        token unchanged). A new one is inserted and matched against the
+        buffered events of its ``(run, name, key)``: the oldest (send order)
+        with ``sent_at <= deadline`` is consumed and the wait settles
+        (delivered or rejected) in the same transaction. A waiting wait with
+        ``deadline < now`` is returned ``timed_out`` (and written so).
+        """
+        ...
+
+    async def poll_waits(self, wait_keys: Sequence[str], *, now: float) -> list[WaitRecord | None]:
+        """Read waits (``None`` for an unknown key), timing out the expired ones (written)."""
+        ...
+
+    async def send_event(self, request: SendRequest, *, now: float) -> SendResult:
+        """Send one event in one transaction under the ``(run, name, key)`` lock.
+
+        The same ``event_id`` again with the same content is ``duplicate``
+        (no write); with another content it raises ``EventConflict``. An
+        unknown run raises ``UnknownRun`` (naming the run and the store), a
+        completed or cancelled one ``EventRefused``; a token that names no
+        wait of the run raises ``InvalidWait``. Otherwise the oldest waiting
+        wait with ``deadline >= now`` takes it (its payload or reject reason
+        copied in, the event marked consumed by it): ``delivered``; else the
+        event is ``buffered``.
+        """
+        ...
+
+    async def cancel_run(self, run_id: str, *, now: float) -> int:
+        """End a run for good: its open waits become ``cancelled``, its status
+        ``cancelled``, later events are refused. Returns how many waits it cancelled.
+        Raises ``UnknownRun`` for a run the store does not have."""
+        ...
+
+    async def list_waits(self, run_id: str) -> list[WaitRecord]:
+        """Every wait of the run, oldest first (``created_at``, then ``wait_key``)."""
+        ...
+
+    async def list_events(self, run_id: str, *, unclaimed_only: bool = False) -> list[EventRecord]:
+        """Every event of the run in send order; only the buffered ones with ``unclaimed_only``."""
+        ...
+
+
+@runtime_checkable
+class Store(RunStore, ReceiptStore, SheetStore, PageStore, WaitStore, Protocol):
+    """Durable storage for runs, receipts, dataset sheets, page leases, waits and events.
+
+    The five room protocols together, and the store's life: whoever opens
     the store (the runtime, the command line) holds a ``Store``; each room
     of the engine needs only its own protocol. ``isinstance(x, Store)``
-    checks every method of the four.
+    checks every method of the five.
     """
 
     @property
@@ -330,4 +419,28 @@ __all__ = [
     "RunStore",
     "SheetStore",
     "Store",
+    "WaitStore",
 ]
+
+
+class StoreWrapping:
+    """Base of the engine's wrappers of a store: each coroutine method wrapped once.
+
+    A subclass says in :meth:`wrap` what becomes of one method; every other
+    attribute (``url``, and private names) passes through. The wrapped
+    method is made on first use and kept as an attribute.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def wrap(self, name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._store, name)
+        if name.startswith("_") or not inspect.iscoroutinefunction(found):
+            return found
+        wrapped = self.wrap(name, found)
+        setattr(self, name, wrapped)  # found once per name, then an attribute
+        return wrapped

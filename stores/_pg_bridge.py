@@ -103,6 +103,14 @@ class Unreachable(ConnectionLost):
     """No connection could be opened for a job."""
 
 
+class SetupFailed(Exception):
+    """A connection was made, but its setup statement failed (wraps psycopg's error)."""
+
+    def __init__(self, cause: psycopg.Error) -> None:
+        super().__init__(one_line(cause))
+        self.cause = cause
+
+
 class NoAnswer(Exception):
     """The call's deadline passed; ``stage`` says where it was, ``commit`` how far it got."""
 
@@ -214,6 +222,11 @@ class Worker:
         self.retired = True
         self._jobs.put(None)
 
+    def finished(self, job: Job) -> bool:
+        """Whether ``job`` has run to its end (its result is there, handed back or not)."""
+        with self._lock:
+            return job.state is JobState.DONE
+
     def drop(self, job: Job) -> bool:
         """Withdraw ``job`` if it has not started; True if it never will.
 
@@ -281,13 +294,13 @@ class Worker:
             else:
                 result = ready
             with self._lock:
+                job.result = result  # a job DONE has its result (see Pool.run)
                 job.state = JobState.DONE
                 discard = job.cancel_requested
             if discard or not _idle(self._conn):
                 # A late cancel must never hit the next job; a broken or
                 # mid-transaction connection is of no further use.
                 outcome.capture(self._close)
-            job.result = result
             hand_back(job.token, job.done.set)
         outcome.capture(self._close)
 
@@ -332,14 +345,40 @@ class Worker:
 
 
 def connect(params: dict[str, Any], setup: str) -> Conn:
-    """A connection in autocommit mode (libpq's ``params``), after its ``setup`` statement."""
+    """A connection in autocommit mode (libpq's ``params``), after its ``setup`` statement.
+
+    Connecting fails with psycopg's error (the worker says :class:`Unreachable`);
+    the setup statement of a connection that was made fails with
+    :class:`ConnectionLost` if the connection broke, else :class:`SetupFailed`.
+    """
     conn = psycopg.Connection.connect(**params, autocommit=True)
     try:
         conn.execute(setup)
+    except psycopg.Error as exc:
+        broken = conn.broken or conn.closed
+        conn.close()
+        raise (ConnectionLost(exc) if broken else SetupFailed(exc)) from exc
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+LOOP_STALL = 0.5
+"""Seconds late a deadline may fire before the wait counts as cut short by a loop stall."""
+
+
+def _after_a_stall(deadline: float) -> float | None:
+    """A new deadline if this one fired late (the event loop was blocked), else ``None``.
+
+    A resolver that runs without ``await`` past a call's deadline holds up
+    the whole event loop: the worker may have finished long ago, or be free
+    for the next call, with nobody to hear it. The time the loop took away
+    from the end of the wait is given back once more, and a wait that still
+    ends is the database's.
+    """
+    late = trio.current_time() - deadline
+    return trio.current_time() + late if late >= LOOP_STALL else None
 
 
 def _idle(conn: Conn | None) -> bool:
@@ -402,29 +441,34 @@ class Pool:
         lands between taking a worker and giving it back (it comes at a
         checkpoint; the job itself runs on the worker's thread, out of its reach).
         """
-        deadline = trio.current_time() + timeout
+        deadline: float | None = trio.current_time() + timeout
         worker: Worker | None = None
-        with trio.move_on_at(deadline):
-            try:
-                worker = await self._receive.receive()
-            except (trio.ClosedResourceError, trio.EndOfChannel):
-                raise Closed from None
-        if worker is None:
-            raise NoAnswer("queued", None)
+        while worker is None:
+            assert deadline is not None
+            with trio.move_on_at(deadline):
+                try:
+                    worker = await self._receive.receive()
+                except (trio.ClosedResourceError, trio.EndOfChannel):
+                    raise Closed from None
+            if worker is None and (deadline := _after_a_stall(deadline)) is None:
+                raise NoAnswer("queued", None)
         try:
             job = worker.submit(work)
             try:
-                with trio.move_on_at(deadline):
-                    await job.done.wait()
+                while deadline is not None:
+                    with trio.move_on_at(deadline):
+                        await job.done.wait()
+                    if job.done.is_set() or worker.finished(job):
+                        break  # finished on its worker: never a timeout
+                    deadline = _after_a_stall(deadline)
+                else:
+                    self._give_up(worker, job)
             except trio.Cancelled:
                 if not await self._interrupt(worker, job):
                     raise
                 # The job finished before the cancel reached the server, so it
                 # happened whole: hand back what it did. The caller's scope is
                 # still cancelled and raises at its next checkpoint.
-            else:
-                if not job.done.is_set():
-                    self._give_up(worker, job)
         finally:
             self._release(worker)
         assert job.result is not None

@@ -18,25 +18,44 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg.errors
 
-from trioplay import Receipt, RunRecord, SheetEntry, SheetRow, StoreError
+from trioplay import (
+    EventRecord,
+    Receipt,
+    RunRecord,
+    SheetEntry,
+    SheetRow,
+    StoreError,
+    UnknownRun,
+    WaitRecord,
+)
 
-from ._columns import page_values
+from ._columns import event_values, page_values, wait_values
 from ._pg_bridge import commit_point, committed, transaction
 from ._pg_sql import SCHEMA_VERSION
 from ._rules import (
+    Begin,
     PageRecord,
+    Slot,
+    address,
+    decide_attempt,
+    decide_cancel,
+    decide_register,
+    decide_send,
     decide_sheet_writes,
+    decide_timeouts,
     failed_keys,
     fenced_pages,
     page_key,
     renewed,
     run_leases_of,
+    slot_of,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     import trioplay as tp
+    from trioplay import SendRequest, SendResult, WaitRequest
 
     from ._pg_bridge import Conn
     from ._pg_sql import Sql
@@ -379,14 +398,18 @@ def claim_page(
 # -- runs ------------------------------------------------------------------------
 
 
-def begin_attempt(
-    sql: Sql, run_id: str, play: str, input_json: str, now: float, conn: Conn
-) -> RunRecord:
+def begin_attempt(sql: Sql, begin: Begin, conn: Conn) -> tp.RunRecord:
+    """``begin`` as :data:`trioplay.stores._rules.Begin` holds it."""
+    run_id, play, input_json, now, play_ref, parent_run_id = begin
     with transaction(conn):
+        parent = get_run(sql, parent_run_id, conn) if parent_run_id is not None else None
+        # What a new run would be (its root and depth); an existing one keeps its own.
+        new, _ = decide_attempt(None, parent, begin)
+        values = (run_id, play, input_json.encode(), now, now, parent_run_id, new.root_run_id)
         row = conn.execute(
-            sql.begin_attempt, (run_id, play, input_json.encode(), now, now), binary=True
+            sql.begin_attempt, (*values, new.depth, play_ref), binary=True
         ).fetchone()
-        if row is None:  # another play or input: left as it is, for the caller to refuse
+        if row is None:  # another play or input, or cancelled: left as it is for the caller
             row = conn.execute(sql.get_run, (run_id,)).fetchone()
     assert row is not None
     return run_record(row)
@@ -543,7 +566,8 @@ def _s(data: bytes | None) -> str | None:
 
 
 def run_record(row: Sequence[Any]) -> RunRecord:
-    run_id, play, input_json, status, attempt, created_at, updated_at, output, error, stats = row
+    run_id, play, input_json, status, attempt, created_at, updated_at = row[:7]
+    output, error, stats, parent_run_id, root_run_id, depth, play_ref = row[7:]
     return RunRecord(
         run_id,
         play,
@@ -555,6 +579,10 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         _s(output),
         _s(error),
         _s(stats),
+        parent_run_id,
+        root_run_id,
+        depth,
+        play_ref,
     )
 
 
@@ -605,3 +633,220 @@ def _receipt_columns(receipts: Iterable[Receipt]) -> list[list[Any]]:
 
 def _keys(items: Iterable[tp.Lease | tp.Completion | tp.Failure]) -> list[tuple[str, str]]:
     return [(item.key, item.lease_id) for item in items]
+
+
+# -- waits and events ----------------------------------------------------------------
+# A sender and a registrar of one (run, name, key) meet under a transaction-scoped
+# advisory lock on a hash of it, which exists before either row does. Every such
+# transaction first takes its runs' locks, in run id order: shared for a few slots,
+# exclusive for a batch of many (so a transaction holds at most _MAX_SLOT_LOCKS + its
+# runs' locks, far below max_locks_per_transaction), then the slot locks in key order.
+# cancel_run takes its run's lock exclusive.
+
+_MAX_SLOT_LOCKS = 64
+
+race_hook: Callable[[str], None] | None = None
+"""A test seam: called (on the worker thread) at ``"send:lock"``, before a send
+takes its locks, and at ``"register:read"``, after a registration has read
+the buffered events and before it writes. ``tests/test_wait_race.py`` uses it
+to force the interleaving that loses an event without the lock."""
+
+_TAKE_LOCKS = """
+    SELECT count({}(k)) FROM (SELECT k FROM unnest(%b::int8[]) WITH ORDINALITY AS u(k, i)
+    ORDER BY i) AS ordered
+"""
+_SHARED = _TAKE_LOCKS.format("pg_advisory_xact_lock_shared")
+_EXCLUSIVE = _TAKE_LOCKS.format("pg_advisory_xact_lock")
+
+
+def _lock_key(kind: bytes, *parts: str) -> int:
+    digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=8, person=kind).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def lock_slots(slots: Iterable[Slot], conn: Conn) -> None:
+    """Take the locks of ``slots`` (and their runs) for the rest of the transaction."""
+    wanted = set(slots)
+    runs = [_lock_key(b"trioplay-run", run) for run in sorted({slot[0] for slot in wanted})]
+    if len(wanted) > _MAX_SLOT_LOCKS:
+        conn.execute(_EXCLUSIVE, (runs,))
+        return
+    conn.execute(_SHARED, (runs,))
+    conn.execute(_EXCLUSIVE, (sorted(_lock_key(b"trioplay-slot", *slot) for slot in wanted),))
+
+
+def lock_run(run_id: str, conn: Conn) -> None:
+    conn.execute(_EXCLUSIVE, ([_lock_key(b"trioplay-run", run_id)],))
+
+
+def wait_record(row: Sequence[Any]) -> WaitRecord:
+    wait_key, run_id, dataset, row_key, name, key_json, token, deadline = row[:8]
+    status, created_at, settled_at, payload_json, reason, event_id = row[8:]
+    return WaitRecord(
+        wait_key,
+        run_id,
+        dataset,
+        row_key,
+        name,
+        key_json,
+        token,
+        deadline,
+        status,
+        created_at,
+        settled_at,
+        _s(payload_json),
+        _s(reason),
+        event_id,
+    )
+
+
+def event_record(row: Sequence[Any]) -> EventRecord:
+    event_id, run_id, name, key_json, payload_json, reject, sent_at, consumed_by = row
+    return EventRecord(
+        event_id, run_id, name, key_json, _s(payload_json), _s(reject), sent_at, consumed_by
+    )
+
+
+def _settle(sql: Sql, waits: Sequence[WaitRecord], conn: Conn) -> int:
+    if not waits:
+        return 0
+    columns = [
+        [w.wait_key for w in waits],
+        [w.status for w in waits],
+        [w.settled_at for w in waits],
+        [_b(w.payload_json) for w in waits],
+        [_b(w.reason) for w in waits],
+        [w.event_id for w in waits],
+    ]
+    return conn.execute(sql.settle_waits, columns).rowcount
+
+
+def _read_waits(sql: Sql, keys: Sequence[str], conn: Conn) -> dict[str, WaitRecord]:
+    rows = conn.execute(sql.get_waits, (list(dict.fromkeys(keys)),), binary=True).fetchall()
+    return {row[0]: wait_record(row) for row in rows}
+
+
+def register_waits(
+    sql: Sql, requests: Sequence[WaitRequest], now: float, conn: Conn
+) -> list[WaitRecord]:
+    with transaction(conn):
+        lock_slots((slot_of(r) for r in requests), conn)
+        stored = _read_waits(sql, [r.wait_key for r in requests], conn)
+        fresh = [r for r in requests if r.wait_key not in stored]
+        buffered: list[EventRecord] = []
+        if fresh:
+            slots = {slot_of(r) for r in fresh}
+            runs = sorted({r.run_id for r in fresh})
+            rows = conn.execute(sql.unclaimed_events, (runs,), binary=True).fetchall()
+            buffered = [e for row in rows if slot_of(e := event_record(row)) in slots]
+        if race_hook is not None:
+            race_hook("register:read")
+        decision = decide_register(requests, stored, buffered, now)
+        inserts = decision.inserts
+        if inserts:
+            columns = [
+                list(column) for column in zip(*(_wait_row(w) for w in inserts), strict=True)
+            ]
+            conn.execute(sql.insert_waits, columns)
+        _settle(sql, decision.updates, conn)
+        consumed = decision.consumed
+        if consumed:
+            conn.execute(
+                sql.consume_events,
+                (
+                    [e.run_id for e in consumed],
+                    [e.event_id for e in consumed],
+                    [e.consumed_by for e in consumed],
+                ),
+            )
+    return decision.records
+
+
+def _wait_row(wait: WaitRecord) -> tuple[Any, ...]:
+    return (*wait_values(wait)[:11], _b(wait.payload_json), _b(wait.reason), wait.event_id)
+
+
+def poll_waits(sql: Sql, wait_keys: Sequence[str], now: float, conn: Conn) -> dict[str, WaitRecord]:
+    found = _read_waits(sql, wait_keys, conn)
+    if not decide_timeouts(found.values(), now):
+        return found  # nothing to write: no lock, no transaction
+    with transaction(conn):
+        lock_slots((slot_of(w) for w in found.values()), conn)
+        found = _read_waits(sql, wait_keys, conn)
+        expired = decide_timeouts(found.values(), now)
+        _settle(sql, expired, conn)
+    found.update((w.wait_key, w) for w in expired)
+    return found
+
+
+def send_event(sql: Sql, request: SendRequest, now: float, url: str, conn: Conn) -> SendResult:
+    # Two senders of one event id to two slots hold different locks: the second
+    # insert fails on the primary key; sent again, it finds the first.
+    for attempt in range(_RACE_ATTEMPTS):
+        try:
+            return _send_event(sql, request, now, url, conn)
+        except psycopg.errors.UniqueViolation:
+            if attempt == _RACE_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run_status(sql: Sql, run_id: str, conn: Conn) -> Any:
+    row = conn.execute(sql.run_status, (run_id,)).fetchone()
+    return row[0] if row is not None else None
+
+
+def _send_event(sql: Sql, request: SendRequest, now: float, url: str, conn: Conn) -> SendResult:
+    with transaction(conn):
+        token_wait = None
+        if request.token is not None:
+            row = conn.execute(sql.wait_by_token, (request.token,), binary=True).fetchone()
+            token_wait = wait_record(row) if row is not None else None
+        # A token names its wait for good: the slot is known before the lock.
+        request = address(request, _run_status(sql, request.run_id, conn), token_wait, store=url)
+        if race_hook is not None:
+            race_hook("send:lock")
+        lock_slots([slot_of(request)], conn)
+        where = (request.run_id, request.event_id)
+        stored = conn.execute(sql.event_by_id, where, binary=True).fetchone()
+        open_rows = conn.execute(sql.open_waits, slot_of(request), binary=True).fetchall()
+        delivery = decide_send(
+            request,
+            event_record(stored) if stored is not None else None,
+            [wait_record(r) for r in open_rows],
+            _run_status(sql, request.run_id, conn),
+            now,
+            store=url,
+        )
+        event = delivery.event
+        if event is not None:
+            values = (*event_values(event)[:4], _b(event.payload_json), _b(event.reject))
+            conn.execute(sql.insert_event, (*values, event.sent_at, event.consumed_by))
+        if delivery.wait is not None and _settle(sql, [delivery.wait], conn) != 1:
+            raise AssertionError(f"wait {delivery.wait.wait_key} settled under its lock")
+    return delivery.result
+
+
+def cancel_run(sql: Sql, run_id: str, now: float, url: str, conn: Conn) -> int:
+    with transaction(conn):
+        lock_run(run_id, conn)
+        if _run_status(sql, run_id, conn) is None:
+            raise UnknownRun(run_id, url)
+        rows = conn.execute(sql.run_open_waits, (run_id,), binary=True).fetchall()
+        cancelled = decide_cancel([wait_record(row) for row in rows], now)
+        _settle(sql, cancelled, conn)
+        conn.execute(sql.cancel_run, (now, run_id))
+    return len(cancelled)
+
+
+def list_waits(sql: Sql, run_id: str, conn: Conn) -> list[WaitRecord]:
+    rows = conn.execute(sql.list_waits, (run_id,), binary=True).fetchall()
+    return [wait_record(row) for row in rows]
+
+
+def list_events(sql: Sql, run_id: str, unclaimed_only: bool, conn: Conn) -> list[EventRecord]:
+    if unclaimed_only:
+        rows = conn.execute(sql.unclaimed_events, ([run_id],), binary=True).fetchall()
+    else:
+        rows = conn.execute(sql.list_events, (run_id,), binary=True).fetchall()
+    return [event_record(row) for row in rows]

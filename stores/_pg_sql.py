@@ -6,9 +6,17 @@ jobs that run them live in :mod:`trioplay.stores._pg_jobs`.
 
 from __future__ import annotations
 
-from ._columns import PAGE_COLUMNS, RECEIPT_COLUMNS, RECEIPT_FIELDS, RUN_COLUMNS, SHEET_COLUMNS
+from ._columns import (
+    EVENT_COLUMNS,
+    PAGE_COLUMNS,
+    RECEIPT_COLUMNS,
+    RECEIPT_FIELDS,
+    RUN_COLUMNS,
+    SHEET_COLUMNS,
+    WAIT_COLUMNS,
+)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Each migration is a list of statements; "{s}" is the quoted schema name.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -71,6 +79,50 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (run_id, dataset, page_offset)
         )""",
     ),
+    # 2: waits and events (issue 22); runs know their parent, root, depth and play.
+    (
+        """ALTER TABLE {s}.runs ADD COLUMN parent_run_id text COLLATE "C",
+            ADD COLUMN root_run_id text COLLATE "C",
+            ADD COLUMN depth integer NOT NULL DEFAULT 0,
+            ADD COLUMN play_ref text""",
+        "UPDATE {s}.runs SET root_run_id = run_id",
+        """CREATE TABLE {s}.waits (
+            wait_key text COLLATE "C" PRIMARY KEY,
+            run_id text COLLATE "C" NOT NULL,
+            dataset text COLLATE "C",
+            row_key text COLLATE "C",
+            name text COLLATE "C" NOT NULL,
+            key_json text COLLATE "C" NOT NULL,
+            token text COLLATE "C" NOT NULL UNIQUE,
+            deadline double precision NOT NULL,
+            status text NOT NULL,
+            created_at double precision NOT NULL,
+            settled_at double precision,
+            payload_json bytea,
+            reason bytea,
+            event_id text COLLATE "C"
+        )""",
+        "CREATE INDEX waits_open ON {s}.waits (run_id, name, key_json) WHERE status = 'waiting'",
+        "CREATE INDEX waits_by_run ON {s}.waits (run_id, created_at, wait_key)",
+        # seq is the send order within a (run, name, key): its senders hold one lock.
+        """CREATE TABLE {s}.events (
+            event_id text COLLATE "C" NOT NULL,
+            run_id text COLLATE "C" NOT NULL,
+            name text COLLATE "C" NOT NULL,
+            key_json text COLLATE "C" NOT NULL,
+            payload_json bytea,
+            reject bytea,
+            sent_at double precision NOT NULL,
+            consumed_by text COLLATE "C",
+            seq bigint GENERATED ALWAYS AS IDENTITY,
+            PRIMARY KEY (run_id, event_id)
+        )""",
+        "CREATE INDEX events_unclaimed ON {s}.events (run_id, seq) WHERE consumed_by IS NULL",
+    ),
+)
+
+_WAIT_TYPES = (
+    "text, text, text, text, text, text, text, float8, text, float8, float8, bytea, bytea, text"
 )
 
 _RECEIPT_TYPES = (
@@ -99,15 +151,19 @@ class Sql:
 
         self.begin_attempt = f"""
             INSERT INTO {s}.runs AS r
-                (run_id, play, input_json, status, attempt, created_at, updated_at)
-            VALUES (%s, %s, %s, 'running', 1, %s, %s)
+                (run_id, play, input_json, status, attempt, created_at, updated_at,
+                 parent_run_id, root_run_id, depth, play_ref)
+            VALUES (%s, %s, %s, 'running', 1, %s, %s, %s, %s, %s, %s)
             ON CONFLICT (run_id) DO UPDATE SET
                 status = 'running', attempt = r.attempt + 1, updated_at = excluded.updated_at,
-                output_json = NULL, error = NULL, stats_json = NULL
+                output_json = NULL, error = NULL, stats_json = NULL,
+                play_ref = coalesce(excluded.play_ref, r.play_ref)
             WHERE r.play = excluded.play AND r.input_json = excluded.input_json
+                AND r.status <> 'cancelled'
             RETURNING {RUN_COLUMNS}
         """
-        # No row from begin_attempt: the run has another play or input (read it as it is).
+        # No row from begin_attempt: the run has another play or input, or was
+        # cancelled (read it as it is).
         # Fenced by the attempt: a late attempt never overwrites a later one's end.
         self.finish_attempt = f"""
             UPDATE {s}.runs SET status = %s, updated_at = %s, output_json = %s, error = %s,
@@ -116,6 +172,50 @@ class Sql:
         """
         self.run_exists = f"SELECT 1 FROM {s}.runs WHERE run_id = %s"
         self.get_run = f"SELECT {RUN_COLUMNS} FROM {s}.runs WHERE run_id = %s"
+        self.cancel_run = (
+            f"UPDATE {s}.runs SET status = 'cancelled', updated_at = %s WHERE run_id = %s"
+        )
+        self.run_status = f"SELECT status FROM {s}.runs WHERE run_id = %s"
+
+        self.get_waits = f"SELECT {WAIT_COLUMNS} FROM {s}.waits WHERE wait_key = ANY(%b::text[])"
+        self.wait_by_token = f"SELECT {WAIT_COLUMNS} FROM {s}.waits WHERE token = %s"
+        self.open_waits = f"""
+            SELECT {WAIT_COLUMNS} FROM {s}.waits
+            WHERE run_id = %s AND name = %s AND key_json = %s AND status = 'waiting'
+        """
+        self.run_open_waits = (
+            f"SELECT {WAIT_COLUMNS} FROM {s}.waits WHERE run_id = %s AND status = 'waiting'"
+        )
+        self.list_waits = (
+            f"SELECT {WAIT_COLUMNS} FROM {s}.waits WHERE run_id = %s ORDER BY created_at, wait_key"
+        )
+        self.insert_waits = f"""
+            INSERT INTO {s}.waits ({WAIT_COLUMNS}) SELECT * FROM unnest({_arrays(_WAIT_TYPES)})
+        """
+        # Settling is fenced by status: a wait settles once.
+        self.settle_waits = f"""
+            UPDATE {s}.waits AS w SET status = u.status, settled_at = u.settled_at,
+                payload_json = u.payload_json, reason = u.reason, event_id = u.event_id
+            FROM unnest(%b::text[], %b::text[], %b::float8[], %b::bytea[], %b::bytea[],
+                %b::text[]) AS u(wait_key, status, settled_at, payload_json, reason, event_id)
+            WHERE w.wait_key = u.wait_key AND w.status = 'waiting'
+        """
+        self.event_by_id = (
+            f"SELECT {EVENT_COLUMNS} FROM {s}.events WHERE run_id = %s AND event_id = %s"
+        )
+        self.unclaimed_events = f"""
+            SELECT {EVENT_COLUMNS} FROM {s}.events
+            WHERE run_id = ANY(%b::text[]) AND consumed_by IS NULL ORDER BY seq
+        """
+        self.list_events = f"SELECT {EVENT_COLUMNS} FROM {s}.events WHERE run_id = %s ORDER BY seq"
+        self.insert_event = f"""
+            INSERT INTO {s}.events ({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+        """
+        self.consume_events = f"""
+            UPDATE {s}.events AS e SET consumed_by = u.wait_key
+            FROM unnest(%b::text[], %b::text[], %b::text[]) AS u(run_id, event_id, wait_key)
+            WHERE e.run_id = u.run_id AND e.event_id = u.event_id AND e.consumed_by IS NULL
+        """
         self.list_runs = (
             f"SELECT {RUN_COLUMNS} FROM {s}.runs ORDER BY updated_at DESC, seq DESC LIMIT %s"
         )

@@ -1,10 +1,13 @@
-"""The lease rules every store applies, as pure functions.
+"""The rules every store applies, as pure functions.
 
-:func:`decide_claims` (receipts), :func:`decide_page` (dataset pages) and
-:func:`decide_sheet_writes` (fenced sheet rows) decide without writing;
-each store reads the current records, asks these functions, and writes
-their answer in its own transaction, so the stores cannot drift apart (the
-contract suite and a state machine check that they agree).
+:func:`decide_claims` (receipts), :func:`decide_page` (dataset pages),
+:func:`decide_sheet_writes` (fenced sheet rows) and the wait rules
+(:func:`decide_register`, :func:`decide_send`, :func:`decide_timeouts`,
+:func:`decide_cancel`, with :func:`address`)
+decide without writing; each store reads the current records, asks these
+functions, and writes their answer in its own transaction, so the stores
+cannot drift apart (the contract suite and a state machine check that they
+agree).
 """
 
 from __future__ import annotations
@@ -18,17 +21,27 @@ from trioplay import (
     Claimed,
     ClaimOutcome,
     ClaimRequest,
+    EventConflict,
+    EventRecord,
+    EventRefused,
     Held,
+    InvalidWait,
     PageClaim,
     Receipt,
     RunLeases,
+    RunRecord,
+    SendRequest,
+    SendResult,
     Settled,
+    UnknownRun,
+    WaitRecord,
+    WaitRequest,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping, Sequence
+    from collections.abc import Collection, Iterable, Mapping, Sequence
 
-    from trioplay import PageLease, SheetRow, SheetWrite
+    from trioplay import PageLease, RunStatus, SheetRow, SheetWrite
 
 
 def decide_claims(
@@ -229,3 +242,273 @@ def run_leases_of(leases: Sequence[tuple[float | None, float | None]]) -> RunLea
     expiries = [expires for expires, _ in leases if expires is not None]
     renewals = [renewed for _, renewed in leases if renewed is not None]
     return RunLeases(max(expiries, default=None), max(renewals, default=None))
+
+
+Begin = tuple[str, str, str, float, str | None, str | None]
+"""``begin_attempt``'s arguments: run id, play, input, ``now``, ``play_ref``, ``parent_run_id``."""
+
+
+def decide_attempt(
+    stored: RunRecord | None, parent: RunRecord | None, begin: Begin
+) -> tuple[RunRecord, bool]:
+    """Answer ``begin_attempt``: the record, and whether to write it.
+
+    A run of another play or input, or a cancelled run, is returned as
+    stored (not written). ``parent`` is the stored parent run, if any.
+    """
+    run_id, play, input_json, now, play_ref, parent_run_id = begin
+    if stored is not None:
+        if (stored.play, stored.input_json) != (play, input_json) or stored.status == "cancelled":
+            return stored, False
+        record = attrs.evolve(
+            stored,
+            status="running",
+            attempt=stored.attempt + 1,
+            updated_at=now,
+            output_json=None,
+            error=None,
+            stats_json=None,
+            play_ref=play_ref if play_ref is not None else stored.play_ref,
+        )
+        return record, True
+    if parent_run_id is None:
+        root, depth = run_id, 0
+    elif parent is None:
+        root, depth = parent_run_id, 1
+    else:
+        root, depth = parent.root_run_id or parent.run_id, parent.depth + 1
+    record = RunRecord(
+        run_id,
+        play,
+        input_json,
+        "running",
+        1,
+        now,
+        now,
+        None,
+        None,
+        None,
+        parent_run_id,
+        root,
+        depth,
+        play_ref,
+    )
+    return record, True
+
+
+# -- waits and events (issue 22) ----------------------------------------------
+
+Slot = tuple[str, str, str]
+"""Where a sender and its waiters meet: ``(run_id, name, key_json)``."""
+
+# A run in one of these takes no more events.
+CLOSED_RUNS = frozenset({"completed", "cancelled"})
+
+
+def slot_of(item: WaitRequest | WaitRecord | SendRequest | EventRecord) -> Slot:
+    return (item.run_id, item.name, item.key_json)
+
+
+def wait_order(wait: WaitRecord) -> tuple[float, str]:
+    """Oldest first: by ``created_at``, then ``wait_key``. Events go to waits in this order."""
+    return (wait.created_at, wait.wait_key)
+
+
+def timed_out(wait: WaitRecord, now: float) -> WaitRecord | None:
+    """The wait timed out (to write), or ``None`` if it is settled or its deadline has not passed.
+
+    A wait times out when ``now > deadline``: at the deadline itself it is still open.
+    """
+    if wait.status != "waiting" or not now > wait.deadline:
+        return None
+    return attrs.evolve(wait, status="timed_out", settled_at=now)
+
+
+def decide_timeouts(waits: Iterable[WaitRecord], now: float) -> list[WaitRecord]:
+    """The waits among ``waits`` that time out at ``now``, as they are to be written."""
+    return [changed for wait in waits if (changed := timed_out(wait, now)) is not None]
+
+
+def settle(wait: WaitRecord, event: EventRecord, now: float) -> tuple[WaitRecord, EventRecord]:
+    """``event`` settles ``wait``: its payload (or reject reason) copied into the wait."""
+    settled = attrs.evolve(
+        wait,
+        status="rejected" if event.reject is not None else "delivered",
+        settled_at=now,
+        payload_json=event.payload_json,
+        reason=event.reject,
+        event_id=event.event_id,
+    )
+    return settled, attrs.evolve(event, consumed_by=wait.wait_key)
+
+
+@attrs.frozen
+class Registration:
+    """What :func:`decide_register` decided.
+
+    ``records``: the answer, one per request in order. ``inserts``: the new
+    waits to write (already settled when an event was buffered for them, or
+    timed out). ``updates``: stored waits that timed out. ``consumed``: the
+    buffered events taken, with ``consumed_by`` set.
+    """
+
+    records: list[WaitRecord]
+    inserts: list[WaitRecord]
+    updates: list[WaitRecord]
+    consumed: list[EventRecord]
+
+
+def decide_register(
+    requests: Sequence[WaitRequest],
+    stored: Mapping[str, WaitRecord],
+    buffered: Sequence[EventRecord],
+    now: float,
+) -> Registration:
+    """Answer ``register_waits`` without writing.
+
+    ``stored`` needs the requested wait keys that exist; ``buffered`` the
+    unconsumed events of the requests' slots, in send order. A stored wait is
+    returned as stored (timed out if its deadline passed). New waits are
+    matched in wait order (``created_at``, then ``wait_key``: in one batch,
+    by key) against the oldest buffered event of their slot with ``sent_at
+    <= deadline``; a new wait matched by none times out if ``now > deadline``.
+    A wait key repeated in one batch is registered once.
+    """
+    answer: dict[str, WaitRecord] = {}
+    updates: list[WaitRecord] = []
+    fresh: dict[str, WaitRecord] = {}
+    for request in requests:
+        key = request.wait_key
+        if key in answer or key in fresh:
+            continue
+        known = stored.get(key)
+        if known is not None:
+            expired = timed_out(known, now)
+            if expired is not None:
+                updates.append(expired)
+            answer[key] = expired or known
+        else:
+            fresh[key] = _new_wait(request, now)
+    queues: dict[Slot, list[EventRecord]] = {}
+    for event in buffered:
+        if event.consumed_by is None:
+            queues.setdefault(slot_of(event), []).append(event)
+    inserts: list[WaitRecord] = []
+    consumed: list[EventRecord] = []
+    for wait in sorted(fresh.values(), key=wait_order):
+        queue = queues.get(slot_of(wait), [])
+        match = next((e for e in queue if e.sent_at <= wait.deadline), None)
+        if match is not None:
+            queue.remove(match)
+            wait, taken = settle(wait, match, now)
+            consumed.append(taken)
+        else:
+            wait = timed_out(wait, now) or wait
+        answer[wait.wait_key] = wait
+        inserts.append(wait)
+    return Registration([answer[r.wait_key] for r in requests], inserts, updates, consumed)
+
+
+def _new_wait(request: WaitRequest, now: float) -> WaitRecord:
+    return WaitRecord(
+        wait_key=request.wait_key,
+        run_id=request.run_id,
+        dataset=request.dataset,
+        row_key=request.row_key,
+        name=request.name,
+        key_json=request.key_json,
+        token=request.token,
+        deadline=request.deadline,
+        status="waiting",
+        created_at=now,
+    )
+
+
+def address(
+    request: SendRequest,
+    run_status: RunStatus | None,
+    token_wait: WaitRecord | None,
+    *,
+    store: str,
+) -> SendRequest:
+    """The request with its slot filled in, before its lock is taken.
+
+    An unknown run raises ``UnknownRun`` (naming the run and ``store``). A
+    request addressed by token takes ``name`` and ``key_json`` from the wait
+    of that token (``token_wait``, looked up by the store); a token that
+    names no wait of this run (forged, or another run's) raises
+    ``InvalidWait`` for ``token``.
+    """
+    if run_status is None:
+        raise UnknownRun(request.run_id, store)
+    if request.token is None:
+        return request
+    if token_wait is None or token_wait.run_id != request.run_id:
+        raise InvalidWait("token", f"names no wait of run {request.run_id!r}")
+    return attrs.evolve(request, name=token_wait.name, key_json=token_wait.key_json)
+
+
+@attrs.frozen
+class Delivery:
+    """What :func:`decide_send` decided: the answer, the event to insert (``None``
+    for a duplicate) and the wait it settles (``None`` when buffered)."""
+
+    result: SendResult
+    event: EventRecord | None = None
+    wait: WaitRecord | None = None
+
+
+def decide_send(
+    request: SendRequest,
+    stored_event: EventRecord | None,
+    open_waits: Iterable[WaitRecord],
+    run_status: RunStatus | None,
+    now: float,
+    *,
+    store: str,
+) -> Delivery:
+    """Answer ``send_event`` for an addressed request (see :func:`address`), without writing.
+
+    ``stored_event`` is the event stored under ``(run, event_id)``, if any;
+    ``open_waits`` the waiting waits of the request's slot (any order).
+    Raises ``UnknownRun``, ``EventConflict`` or ``EventRefused``; nothing is
+    to be written then.
+    """
+    if run_status is None:
+        raise UnknownRun(request.run_id, store)
+    if stored_event is not None:
+        same = (
+            stored_event.name,
+            stored_event.key_json,
+            stored_event.payload_json,
+            stored_event.reject,
+        ) == (request.name, request.key_json, request.payload_json, request.reject)
+        if not same:
+            raise EventConflict(request.run_id, request.event_id)
+        return Delivery(SendResult("duplicate", request.event_id, stored_event.consumed_by))
+    if run_status in CLOSED_RUNS:
+        raise EventRefused(request.run_id, run_status)
+    event = EventRecord(
+        event_id=request.event_id,
+        run_id=request.run_id,
+        name=request.name,
+        key_json=request.key_json,
+        payload_json=request.payload_json,
+        reject=request.reject,
+        sent_at=now,
+    )
+    takers = [w for w in open_waits if w.status == "waiting" and w.deadline >= now]
+    if not takers:
+        return Delivery(SendResult("buffered", request.event_id), event)
+    wait, event = settle(min(takers, key=wait_order), event, now)
+    result = SendResult("delivered", request.event_id, wait.wait_key, wait.dataset, wait.row_key)
+    return Delivery(result, event, wait)
+
+
+def decide_cancel(waits: Iterable[WaitRecord], now: float) -> list[WaitRecord]:
+    """The run's open waits, cancelled (to write)."""
+    return [
+        attrs.evolve(wait, status="cancelled", settled_at=now)
+        for wait in waits
+        if wait.status == "waiting"
+    ]

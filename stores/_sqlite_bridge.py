@@ -55,6 +55,48 @@ class _LockTimeout(sqlite3.OperationalError):
         self.waited = waited
 
 
+class _FileReplaced(sqlite3.OperationalError):
+    """The database file was deleted or replaced under an open connection."""
+
+    def __init__(self, path: str, now: str) -> None:
+        super().__init__(
+            f"the database file {path} was deleted or replaced while the run was writing to"
+            f" it ({now}): what it wrote since went to a file nobody can open any more, so"
+            " the run stops here; the same command starts over on whatever file is there now"
+        )
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that remembers the file it opened (its device and inode).
+
+    A database file deleted (its folder removed, say) or replaced by another
+    under an open connection does not stop SQLite: it goes on writing to the
+    unlinked file, and a run completes "successfully" into a database that
+    is gone. :func:`check_file` compares the file at the path with the one
+    opened, at the start of every write transaction (one ``stat``).
+    """
+
+    path: str = ""
+    opened: tuple[int, int] | None = None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def check_file(conn: sqlite3.Connection) -> None:
+    """Raise :class:`_FileReplaced` if ``conn``'s file is no longer the one at its path."""
+    if not isinstance(conn, _Connection) or conn.opened is None:
+        return
+    now = _identity(conn.path)
+    if now != conn.opened:
+        raise _FileReplaced(conn.path, "it is gone" if now is None else "another file is there")
+
+
 @attrs.define(eq=False)
 class _Job:
     work: Callable[[sqlite3.Connection], Any]
@@ -197,7 +239,12 @@ def connect(path: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> sqlite3.Co
     if path != ":memory:":
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     conn = sqlite3.connect(
-        path, timeout=0, isolation_level=None, cached_statements=512, check_same_thread=False
+        path,
+        timeout=0,
+        isolation_level=None,
+        cached_statements=512,
+        check_same_thread=False,
+        factory=_Connection,
     )
     try:
         _enable_wal(conn, lock_timeout)
@@ -206,6 +253,8 @@ def connect(path: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> sqlite3.Co
         # dirties many pages; checkpointing (and syncing) every 10k WAL pages
         # rather than SQLite's 1k writes each hot page back once, not ten times.
         conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_CHECKPOINT_PAGES}")
+        if path not in ("", ":memory:"):  # WAL mode has created the file
+            conn.path, conn.opened = path, _identity(path)
     except BaseException:
         conn.close()
         raise

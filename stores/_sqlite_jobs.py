@@ -12,31 +12,56 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from trioplay import Claimed, Receipt, RunRecord, SheetEntry, SheetRow, StoreError
+from trioplay import (
+    Claimed,
+    EventRecord,
+    Receipt,
+    RunRecord,
+    SheetEntry,
+    SheetRow,
+    StoreError,
+    UnknownRun,
+    WaitRecord,
+)
 
 from ._columns import (
     PAGE_COLUMNS,
     RECEIPT_COLUMNS,
     RUN_COLUMNS,
     SHEET_COLUMNS,
+    event_values,
     page_values,
     receipt_values,
+    run_values,
+    wait_values,
 )
 from ._rules import (
+    Begin,
     PageRecord,
+    address,
+    decide_attempt,
+    decide_cancel,
     decide_claims,
+    decide_register,
+    decide_send,
     decide_sheet_writes,
+    decide_timeouts,
     failed_keys,
     fenced_pages,
     lease_ids,
     page_key,
     renewed,
     run_leases_of,
+    slot_of,
 )
+from ._sqlite_bridge import check_file
 from ._sqlite_sql import (
     BEGIN_ATTEMPT,
+    CANCEL_RUN,
     COMPLETE,
     COMPLETED_KEYS,
+    CONSUME_EVENT,
+    EVENT_BY_ID,
     FAIL,
     FAILED_RECEIPTS,
     FINISH_ATTEMPT,
@@ -44,16 +69,26 @@ from ._sqlite_sql import (
     FORGET_FAILED,
     HEARTBEAT,
     HEARTBEAT_PAGE,
+    INSERT_EVENT,
     INSERT_FRESH,
     INSERT_NEW_ROWS,
+    INSERT_WAIT,
+    LIST_EVENTS,
+    LIST_WAITS,
     MIGRATIONS,
+    OPEN_WAITS,
     PAGE_LEASES,
     RELEASE,
     RELEASE_PAGE,
     RUN_LEASES,
+    RUN_OPEN_WAITS,
     SCHEMA_VERSION,
+    SELECT_WAITS,
+    SETTLE_WAIT,
+    UNCLAIMED_EVENTS,
     UPSERT_CLAIMED,
     UPSERT_ROWS,
+    WAIT_BY_TOKEN,
     rows_in,
 )
 
@@ -62,12 +97,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
     import trioplay as tp
+    from trioplay import SendRequest, SendResult, WaitRequest
 
 
 @contextmanager
 def transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
     conn.execute(begin)
     try:
+        check_file(conn)  # never write on into a file that was deleted or replaced
         yield
         conn.execute("COMMIT")
     except BaseException:
@@ -97,16 +134,14 @@ def migrate(conn: sqlite3.Connection, *, url: str) -> None:
 # -- jobs: each runs on the worker thread, in one transaction ------------------
 
 
-def begin_attempt(
-    run_id: str, play: str, input_json: str, now: float, conn: sqlite3.Connection
-) -> RunRecord:
+def begin_attempt(begin: Begin, conn: sqlite3.Connection) -> tp.RunRecord:
+    """``begin`` as :data:`trioplay.stores._rules.Begin` holds it."""
     with transaction(conn):
-        stored = get_run(run_id, conn)
-        if stored is not None and (stored.play, stored.input_json) != (play, input_json):
-            return stored  # another play or input: the caller refuses the run id
-        attempt, created_at = (stored.attempt + 1, stored.created_at) if stored else (1, now)
-        conn.execute(BEGIN_ATTEMPT, (run_id, play, input_json, attempt, created_at, now))
-    return RunRecord(run_id, play, input_json, "running", attempt, created_at, now)
+        parent = get_run(begin[5], conn) if begin[5] is not None else None
+        record, write = decide_attempt(get_run(begin[0], conn), parent, begin)
+        if write:
+            conn.execute(BEGIN_ATTEMPT, run_values(record))
+    return record
 
 
 def finish_attempt(params: tuple[Any, ...], conn: sqlite3.Connection) -> bool | None:
@@ -417,3 +452,113 @@ def finish_page(
 def release_page(lease: tp.PageLease, now: float, conn: sqlite3.Connection) -> bool:
     [released] = _fenced(RELEASE_PAGE, [(now, *page_key(lease))], conn)
     return released
+
+
+# -- waits and events: each job one transaction under the write lock ------------------
+# BEGIN IMMEDIATE takes SQLite's write lock before the first read: a sender and
+# a registrar of one (run, name, key) never interleave, even before either row exists.
+
+
+def register_waits(
+    requests: Sequence[WaitRequest], now: float, conn: sqlite3.Connection
+) -> list[WaitRecord]:
+    with transaction(conn):
+        stored = _select_waits(list(dict.fromkeys(r.wait_key for r in requests)), conn)
+        fresh_runs = {r.run_id for r in requests if r.wait_key not in stored}
+        # One read per run: the buffered events of a run are few (each waits for its waiter).
+        slots = {slot_of(r) for r in requests if r.wait_key not in stored}
+        buffered = [
+            event
+            for run_id in sorted(fresh_runs)
+            for row in conn.execute(UNCLAIMED_EVENTS, (run_id,)).fetchall()
+            if slot_of(event := EventRecord(*row)) in slots
+        ]
+        decision = decide_register(requests, stored, buffered, now)
+        conn.executemany(INSERT_WAIT, [wait_values(w) for w in decision.inserts])
+        conn.executemany(SETTLE_WAIT, [_settled(w) for w in decision.updates])
+        _consume(decision.consumed, conn)
+    return decision.records
+
+
+def _settled(wait: WaitRecord) -> tuple[object, ...]:
+    return (
+        wait.status,
+        wait.settled_at,
+        wait.payload_json,
+        wait.reason,
+        wait.event_id,
+        wait.wait_key,
+    )
+
+
+def _consume(events: Sequence[EventRecord], conn: sqlite3.Connection) -> None:
+    consumed = [(e.consumed_by, e.run_id, e.event_id) for e in events]
+    conn.executemany(CONSUME_EVENT, consumed)
+
+
+def poll_waits(
+    wait_keys: Sequence[str], now: float, conn: sqlite3.Connection
+) -> dict[str, WaitRecord]:
+    keys = list(dict.fromkeys(wait_keys))
+    # A read first, in one snapshot: the lingering waits of a run are polled
+    # every interval, and most polls time nothing out, so need no write lock.
+    with transaction(conn, "BEGIN"):
+        found = _select_waits(keys, conn)
+    if not decide_timeouts(found.values(), now):
+        return found
+    with transaction(conn):
+        found = _select_waits(keys, conn)
+        expired = decide_timeouts(found.values(), now)
+        conn.executemany(SETTLE_WAIT, [_settled(w) for w in expired])
+    found.update((w.wait_key, w) for w in expired)
+    return found
+
+
+def _select_waits(keys: Sequence[str], conn: sqlite3.Connection) -> dict[str, WaitRecord]:
+    return {row[0]: WaitRecord(*row) for row in rows_in(conn, SELECT_WAITS, (), keys)}
+
+
+def send_event(request: SendRequest, now: float, url: str, conn: sqlite3.Connection) -> SendResult:
+    with transaction(conn):
+        run = get_run(request.run_id, conn)
+        status = run.status if run is not None else None
+        token_wait = None
+        if request.token is not None:
+            row = conn.execute(WAIT_BY_TOKEN, (request.token,)).fetchone()
+            token_wait = WaitRecord(*row) if row is not None else None
+        request = address(request, status, token_wait, store=url)
+        row = conn.execute(EVENT_BY_ID, (request.run_id, request.event_id)).fetchone()
+        open_waits = [WaitRecord(*r) for r in conn.execute(OPEN_WAITS, slot_of(request))]
+        delivery = decide_send(
+            request,
+            EventRecord(*row) if row is not None else None,
+            open_waits,
+            status,
+            now,
+            store=url,
+        )
+        if delivery.event is not None:
+            conn.execute(INSERT_EVENT, event_values(delivery.event))
+        if delivery.wait is not None:
+            conn.execute(SETTLE_WAIT, _settled(delivery.wait))
+    return delivery.result
+
+
+def cancel_run(run_id: str, now: float, url: str, conn: sqlite3.Connection) -> int:
+    with transaction(conn):
+        if get_run(run_id, conn) is None:
+            raise UnknownRun(run_id, url)
+        waits = [WaitRecord(*row) for row in conn.execute(RUN_OPEN_WAITS, (run_id,))]
+        cancelled = decide_cancel(waits, now)
+        conn.executemany(SETTLE_WAIT, [_settled(w) for w in cancelled])
+        conn.execute(CANCEL_RUN, (now, run_id))
+    return len(cancelled)
+
+
+def list_waits(run_id: str, conn: sqlite3.Connection) -> list[WaitRecord]:
+    return [WaitRecord(*row) for row in conn.execute(LIST_WAITS, (run_id,))]
+
+
+def list_events(run_id: str, unclaimed_only: bool, conn: sqlite3.Connection) -> list[EventRecord]:
+    select = UNCLAIMED_EVENTS if unclaimed_only else LIST_EVENTS
+    return [EventRecord(*row) for row in conn.execute(select, (run_id,))]

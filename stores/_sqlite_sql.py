@@ -13,13 +13,20 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._columns import RECEIPT_COLUMNS
+from ._columns import (
+    EVENT_COLUMNS,
+    RECEIPT_COLUMNS,
+    RUN_COLUMNS,
+    RUN_FIELDS,
+    WAIT_COLUMNS,
+    WAIT_FIELDS,
+)
 
 if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Sequence
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Bound variables per statement: SQLite's limit before 3.32 (32766 since). A
 # multi-row statement (see _ManyRows) of a hundred rows already spreads the
@@ -87,16 +94,79 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (run_id, dataset, page_offset)
         )""",
     ),
+    # 2: waits and events (issue 22); runs know their parent, root, depth and play.
+    (
+        "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
+        "ALTER TABLE runs ADD COLUMN root_run_id TEXT",
+        "ALTER TABLE runs ADD COLUMN depth INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN play_ref TEXT",
+        "UPDATE runs SET root_run_id = run_id",
+        """CREATE TABLE waits (
+            wait_key TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            dataset TEXT,
+            row_key TEXT,
+            name TEXT NOT NULL,
+            key_json TEXT NOT NULL,
+            token TEXT NOT NULL UNIQUE,
+            deadline REAL NOT NULL,
+            status TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            settled_at REAL,
+            payload_json TEXT,
+            reason TEXT,
+            event_id TEXT
+        )""",
+        "CREATE INDEX waits_by_slot ON waits (run_id, name, key_json, status)",
+        "CREATE INDEX waits_by_run ON waits (run_id, created_at, wait_key)",
+        # seq (the rowid, never reused: nothing is deleted) is the send order.
+        """CREATE TABLE events (
+            seq INTEGER PRIMARY KEY,
+            event_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            key_json TEXT NOT NULL,
+            payload_json TEXT,
+            reject TEXT,
+            sent_at REAL NOT NULL,
+            consumed_by TEXT,
+            UNIQUE (run_id, event_id)
+        )""",
+        "CREATE INDEX events_unclaimed ON events (run_id, seq) WHERE consumed_by IS NULL",
+    ),
 )
 
-BEGIN_ATTEMPT = """
-    INSERT INTO runs (run_id, play, input_json, status, attempt, created_at, updated_at)
-    VALUES (?, ?, ?, 'running', ?, ?, ?)
+BEGIN_ATTEMPT = f"""
+    INSERT INTO runs ({RUN_COLUMNS}) VALUES ({", ".join("?" * len(RUN_FIELDS))})
     ON CONFLICT (run_id) DO UPDATE SET
-        play = excluded.play, input_json = excluded.input_json, status = 'running',
-        attempt = excluded.attempt, updated_at = excluded.updated_at,
-        output_json = NULL, error = NULL, stats_json = NULL
+        {", ".join(f"{name} = excluded.{name}" for name in RUN_FIELDS[1:])}
 """
+
+# -- waits and events --------------------------------------------------------------
+SELECT_WAITS = f"SELECT {WAIT_COLUMNS} FROM waits WHERE wait_key IN "
+WAIT_BY_TOKEN = f"SELECT {WAIT_COLUMNS} FROM waits WHERE token = ?"
+OPEN_WAITS = f"""
+    SELECT {WAIT_COLUMNS} FROM waits
+    WHERE run_id = ? AND name = ? AND key_json = ? AND status = 'waiting'
+"""
+RUN_OPEN_WAITS = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ? AND status = 'waiting'"
+LIST_WAITS = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ? ORDER BY created_at, wait_key"
+INSERT_WAIT = f"INSERT INTO waits ({WAIT_COLUMNS}) VALUES ({', '.join('?' * len(WAIT_FIELDS))})"
+SETTLE_WAIT = """
+    UPDATE waits SET status = ?, settled_at = ?, payload_json = ?, reason = ?, event_id = ?
+    WHERE wait_key = ? AND status = 'waiting'
+"""
+EVENT_BY_ID = f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? AND event_id = ?"
+UNCLAIMED_EVENTS = (
+    f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? AND consumed_by IS NULL ORDER BY seq"
+)
+LIST_EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? ORDER BY seq"
+INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+CONSUME_EVENT = (
+    "UPDATE events SET consumed_by = ? WHERE run_id = ? AND event_id = ? AND consumed_by IS NULL"
+)
+CANCEL_RUN = "UPDATE runs SET status = 'cancelled', updated_at = ? WHERE run_id = ?"
+
 # Fenced by the attempt: a late attempt never overwrites a later one's end.
 FINISH_ATTEMPT = """
     UPDATE runs SET status = ?, updated_at = ?, output_json = ?, error = ?, stats_json = ?

@@ -1,6 +1,6 @@
-"""The keyword arguments of three ``Store`` methods, written once for every store.
+"""The keyword arguments of four ``Store`` methods, written once for every store.
 
-``finish_attempt``, ``read_rows`` and ``claim_page`` take several keyword
+``begin_attempt``, ``finish_attempt``, ``read_rows`` and ``claim_page`` take several keyword
 arguments (engine/_store.py says what each one means). Each store takes
 them whole (``**end: Unpack[AttemptEnd]``), and reads them through
 :func:`attempt_end` and :func:`row_query`, which hold the defaults, or hands
@@ -14,6 +14,22 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     from trioplay import RowStatus
+
+
+class AttemptStart(TypedDict):
+    """``begin_attempt``'s keyword arguments, as every store takes them; :func:`attempt_start`
+    gives them with their defaults (``RunStore.begin_attempt`` in engine/_store.py)."""
+
+    now: float
+    play_ref: NotRequired[str | None]
+    parent_run_id: NotRequired[str | None]
+
+
+def attempt_start(
+    now: float, play_ref: str | None = None, parent_run_id: str | None = None
+) -> tuple[float, str | None, str | None]:
+    """``begin_attempt``'s ``now``, ``play_ref`` and ``parent_run_id``."""
+    return now, play_ref, parent_run_id
 
 
 class AttemptEnd(TypedDict):

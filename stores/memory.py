@@ -13,7 +13,19 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack
 import attrs
 import trio
 
-from trioplay import Receipt, RunRecord, SheetEntry, SheetRow, StoreError
+from trioplay import (
+    EventRecord,
+    Receipt,
+    RunRecord,
+    SendRequest,
+    SendResult,
+    SheetEntry,
+    SheetRow,
+    StoreError,
+    UnknownRun,
+    WaitRecord,
+    WaitRequest,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -23,14 +35,31 @@ if TYPE_CHECKING:
 
 from ._rules import (
     PageRecord,
+    Slot,
+    address,
+    decide_attempt,
+    decide_cancel,
     decide_claims,
     decide_page,
+    decide_register,
+    decide_send,
     decide_sheet_writes,
+    decide_timeouts,
     failed_keys,
     fenced_pages,
     run_leases_of,
+    slot_of,
+    wait_order,
 )
-from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
+from ._terms import (
+    AttemptEnd,
+    AttemptStart,
+    PageTerms,
+    RowQuery,
+    attempt_end,
+    attempt_start,
+    row_query,
+)
 
 URL = "memory://"
 
@@ -158,7 +187,109 @@ class _Sheet:
         return self.ordered, self.positions
 
 
-class MemoryStore:
+class MemoryWaits:
+    """Waits and events (``trioplay.WaitStore``) in dicts: the wait half of :class:`MemoryStore`.
+
+    Each method is one synchronous step after a checkpoint, as in the store.
+    """
+
+    _runs: dict[str, RunRecord]
+
+    def __init__(self) -> None:
+        self._waits: dict[str, WaitRecord] = {}
+        self._tokens: dict[str, str] = {}  # token -> wait key
+        self._slot_waits: dict[Slot, list[str]] = {}
+        # Events by (run, event id), in send order (dicts keep insertion order).
+        self._events: dict[tuple[str, str], EventRecord] = {}
+        self._slot_events: dict[Slot, list[tuple[str, str]]] = {}
+
+    def _write_waits(self, waits: Sequence[WaitRecord]) -> None:
+        for wait in waits:
+            if wait.wait_key not in self._waits:
+                self._tokens[wait.token] = wait.wait_key
+                self._slot_waits.setdefault(slot_of(wait), []).append(wait.wait_key)
+            self._waits[wait.wait_key] = wait
+
+    def _write_events(self, events: Sequence[EventRecord]) -> None:
+        for event in events:
+            where = (event.run_id, event.event_id)
+            if where not in self._events:
+                self._slot_events.setdefault(slot_of(event), []).append(where)
+            self._events[where] = event
+
+    def _buffered(self, slots: set[Slot]) -> list[EventRecord]:
+        found = [self._events[where] for slot in slots for where in self._slot_events.get(slot, ())]
+        return [event for event in found if event.consumed_by is None]
+
+    async def register_waits(
+        self, requests: Sequence[WaitRequest], *, now: float
+    ) -> list[WaitRecord]:
+        await trio.lowlevel.checkpoint()
+        stored = {r.wait_key: w for r in requests if (w := self._waits.get(r.wait_key))}
+        slots = {slot_of(r) for r in requests if r.wait_key not in stored}
+        decision = decide_register(requests, stored, self._buffered(slots), now)
+        self._write_waits(decision.inserts)
+        self._write_waits(decision.updates)
+        self._write_events(decision.consumed)
+        return decision.records
+
+    async def poll_waits(self, wait_keys: Sequence[str], *, now: float) -> list[WaitRecord | None]:
+        await trio.lowlevel.checkpoint()
+        found = [self._waits.get(key) for key in wait_keys]
+        self._write_waits(decide_timeouts((w for w in found if w is not None), now))
+        return [self._waits[w.wait_key] if w is not None else None for w in found]
+
+    async def send_event(self, request: SendRequest, *, now: float) -> SendResult:
+        await trio.lowlevel.checkpoint()
+        run = self._runs.get(request.run_id)
+        status = run.status if run is not None else None
+        token_wait = None
+        if request.token is not None and (key := self._tokens.get(request.token)) is not None:
+            token_wait = self._waits[key]
+        request = address(request, status, token_wait, store=URL)
+        open_waits = [
+            wait
+            for key in self._slot_waits.get(slot_of(request), ())
+            if (wait := self._waits[key]).status == "waiting"
+        ]
+        delivery = decide_send(
+            request,
+            self._events.get((request.run_id, request.event_id)),
+            open_waits,
+            status,
+            now,
+            store=URL,
+        )
+        if delivery.event is not None:
+            self._write_events([delivery.event])
+        if delivery.wait is not None:
+            self._write_waits([delivery.wait])
+        return delivery.result
+
+    async def cancel_run(self, run_id: str, *, now: float) -> int:
+        await trio.lowlevel.checkpoint()
+        run = self._runs.get(run_id)
+        if run is None:
+            raise UnknownRun(run_id, URL)
+        cancelled = decide_cancel((w for w in self._waits.values() if w.run_id == run_id), now)
+        self._write_waits(cancelled)
+        self._runs[run_id] = attrs.evolve(run, status="cancelled", updated_at=now)
+        return len(cancelled)
+
+    async def list_waits(self, run_id: str) -> list[WaitRecord]:
+        await trio.lowlevel.checkpoint()
+        return sorted((w for w in self._waits.values() if w.run_id == run_id), key=wait_order)
+
+    async def list_events(self, run_id: str, *, unclaimed_only: bool = False) -> list[EventRecord]:
+        await trio.lowlevel.checkpoint()
+        return [
+            event
+            for event in self._events.values()
+            if event.run_id == run_id and not (unclaimed_only and event.consumed_by is not None)
+        ]
+
+
+class MemoryStore(MemoryWaits):
     """A :class:`trioplay.Store` in plain dicts, lost when the process exits.
 
     Every method is one synchronous step after a checkpoint, so it is
@@ -181,6 +312,7 @@ class MemoryStore:
         self._receipts: dict[str, Receipt] = {}
         self._sheets: dict[tuple[str, str], _Sheet] = {}
         self._pages: dict[tuple[str, str, int], PageRecord] = {}
+        super().__init__()
 
     @property
     def url(self) -> str:
@@ -198,22 +330,14 @@ class MemoryStore:
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
-    ) -> RunRecord:
+        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
+    ) -> tp.RunRecord:
         await trio.lowlevel.checkpoint()
-        previous = self._runs.get(run_id)
-        if previous is not None and (previous.play, previous.input_json) != (play, input_json):
-            return previous  # another play or input: the caller refuses the run id
-        record = RunRecord(
-            run_id=run_id,
-            play=play,
-            input_json=input_json,
-            status="running",
-            attempt=previous.attempt + 1 if previous is not None else 1,
-            created_at=previous.created_at if previous is not None else now,
-            updated_at=now,
-        )
-        self._runs[run_id] = record
+        begin = (run_id, play, input_json, *attempt_start(**start))
+        parent = self._runs.get(begin[5] or "")
+        record, write = decide_attempt(self._runs.get(run_id), parent, begin)
+        if write:
+            self._runs[run_id] = record
         return record
 
     async def finish_attempt(

@@ -41,6 +41,7 @@ from trioplay import StoreError
 
 from . import _pg_jobs as jobs
 from ._bridge import one_line
+from ._confirm import reclaim, settle
 from ._pg_bridge import (
     Abandoned,
     Closed,
@@ -48,6 +49,7 @@ from ._pg_bridge import (
     ConnectionLost,
     NoAnswer,
     Pool,
+    SetupFailed,
     Unreachable,
     Worker,
     connect,
@@ -55,7 +57,16 @@ from ._pg_bridge import (
 from ._pg_jobs import Contended, Growth
 from ._pg_sql import CREATE_INCOMING, SCHEMA_VERSION, Sql
 from ._rules import decide_claims, decide_page
-from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
+from ._terms import (
+    AttemptEnd,
+    AttemptStart,
+    PageTerms,
+    RowQuery,
+    attempt_end,
+    attempt_start,
+    row_query,
+)
+from ._waits import WaitOperations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -94,7 +105,7 @@ _URL_OPTIONS: dict[str, type] = {
 }
 
 
-class PostgresStore:
+class PostgresStore(WaitOperations):
     """A :class:`trioplay.Store` in a PostgreSQL schema, shared by any number of processes.
 
     Build it with :meth:`from_url` (``postgresql://user:secret@host:5432/db``,
@@ -192,8 +203,17 @@ class PostgresStore:
         opener = partial(connect, self._params, CREATE_INCOMING)
         return Worker(opener, f"trioplay-postgres {self.url}")
 
-    async def _call(self, operation: str, work: Callable[[Conn], T]) -> T:
-        """Run ``work`` on a pooled connection, and name the store in its errors."""
+    async def _call(
+        self, operation: str, work: Callable[[Conn], T], *, repeatable: bool = False
+    ) -> T:
+        """Run ``work`` on a pooled connection, and name the store in its errors.
+
+        Marked ``retryable`` (see ``_store_retry``): a failure that did nothing
+        (refused, or lost before any commit), and a lost ``repeatable`` call,
+        which done twice leaves the store as once would (a heartbeat, the
+        upsert, a release or page finish whose answer goes unused) or safe (a
+        page claim that took effect finds its own lease held, and waits it out).
+        """
         await trio.lowlevel.checkpoint_if_cancelled()
         pool = self._pool
         if pool is None:
@@ -201,34 +221,21 @@ class PostgresStore:
         started = trio.current_time()
         try:
             return await pool.run(work, timeout=self._call_timeout)
-        except Closed:
-            raise StoreError(f"{self.url}: {operation}: the store is not open") from None
         except StoreError:
             raise
-        except NoAnswer as exc:
-            fault = f"no answer from the database within {self._call_timeout:g}s (call_timeout)"
-            if exc.stage == "queued":
-                fault += f": all {self._pool_size} connections stayed busy"
-            elif exc.stage == "connecting":
-                fault += ": its connection did not open"
-            else:
-                fault += ", the connection was discarded"
-            raise _error(self.url, operation, fault, started, exc.commit) from None
-        except Unreachable as exc:
-            fault = f"cannot connect: {exc}"
-            raise _error(self.url, operation, fault, started) from exc.cause
-        except ConnectionLost as exc:
-            fault = f"connection lost: {exc}"
-            raise _error(self.url, operation, fault, started, exc.commit) from exc.cause
-        except (psycopg.Error, UnicodeError, Contended, Abandoned) as exc:
-            raise _error(self.url, operation, one_line(exc), started) from exc
+        except _CALL_FAULTS as exc:
+            error, cause = _call_error(self, operation, exc, started, repeatable)
+            raise error from cause
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
+        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
     ) -> tp.RunRecord:
-        begin = partial(jobs.begin_attempt, self._sql, run_id, play, input_json, float(now))
-        return await self._call("begin_attempt", begin)
+        begin = (run_id, play, input_json, *attempt_start(**start))
+        return await self._call("begin_attempt", partial(jobs.begin_attempt, self._sql, begin))
+
+    async def _wait_job(self, operation: str, *args: Any, read: bool = False) -> Any:
+        return await self._call(operation, partial(getattr(jobs, operation), self._sql, *args))
 
     async def finish_attempt(
         self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]
@@ -236,7 +243,8 @@ class PostgresStore:
         attempt, (now, *ending) = attempt_end(**end)
         params = (status, float(now), *ending, run_id, attempt)
         finish = partial(jobs.finish_attempt, self._sql, params)
-        written = await self._call("finish_attempt", finish)
+        # Fenced by the attempt, so made again after a lost connection it is the same.
+        written = await self._call("finish_attempt", finish, repeatable=True)
         if written is None:
             raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
         return written
@@ -258,25 +266,36 @@ class PostgresStore:
         claim = partial(
             jobs.claim_many, self._sql, self._growth, list(requests), decide, self._fresh_claims
         )
-        outcomes, self._fresh_claims = await self._call("claim_many", claim)
+        try:
+            outcomes, self._fresh_claims = await self._call("claim_many", claim)
+        except StoreError as exc:
+            if exc.outcome_unknown:
+                exc.retryable = True
+                exc.retry_with = partial(reclaim, self, requests, owner, lease_ttl, float(now))
+            raise
         return outcomes
 
     async def heartbeat_many(
         self, leases: Sequence[tp.Lease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         renew = partial(jobs.heartbeat_many, self._sql, leases, float(lease_ttl), float(now))
-        return await self._call("heartbeat_many", renew)
+        return await self._call("heartbeat_many", renew, repeatable=True)
 
     async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
-        complete = partial(jobs.complete_many, self._sql, items, float(now))
-        return await self._call("complete_many", complete)
+        complete = partial(
+            self._call, "complete_many", partial(jobs.complete_many, self._sql, items, float(now))
+        )
+        return await settle(complete, self.get_many, items, "completed")
 
     async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
-        return await self._call("fail_many", partial(jobs.fail_many, self._sql, items, float(now)))
+        fail = partial(
+            self._call, "fail_many", partial(jobs.fail_many, self._sql, items, float(now))
+        )
+        return await settle(fail, self.get_many, items, "failed")
 
     async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         release = partial(jobs.release_many, self._sql, leases, float(now))
-        return await self._call("release_many", release)
+        return await self._call("release_many", release, repeatable=True)
 
     async def get_many(self, keys: Sequence[str]) -> list[tp.Receipt | None]:
         if not keys:
@@ -318,7 +337,8 @@ class PostgresStore:
         write = partial(
             jobs.write_terminal_rows, self._sql, self._growth, run_id, dataset, list(rows), leases
         )
-        return await self._call("write_terminal_rows", write)
+        # An upsert of the same rows under the same leases: made twice, the sheet is the same.
+        return await self._call("write_terminal_rows", write, repeatable=True)
 
     async def sheet_status(
         self, run_id: str, dataset: str, keys: Sequence[str]
@@ -362,27 +382,76 @@ class PostgresStore:
         terms["now"] = now = float(terms["now"])
         decide = partial(decide_page, **terms)
         claim = partial(jobs.claim_page, self._sql, (run_id, dataset, offset), now, decide)
-        return await self._call("claim_page", claim)
+        return await self._call("claim_page", claim, repeatable=True)
 
     async def heartbeat_pages(
         self, leases: Sequence[tp.PageLease], *, lease_ttl: float, now: float
     ) -> list[float | None]:
         renew = partial(jobs.heartbeat_pages, self._sql, leases, float(lease_ttl), float(now))
-        return await self._call("heartbeat_pages", renew)
+        return await self._call("heartbeat_pages", renew, repeatable=True)
 
     async def finish_page(
         self, lease: tp.PageLease, *, attempt: int, failed: int, now: float
     ) -> bool:
         finish = partial(jobs.finish_page, self._sql, lease, attempt, failed, float(now))
-        return await self._call("finish_page", finish)
+        return await self._call("finish_page", finish, repeatable=True)
 
     async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
         release = partial(jobs.release_page, self._sql, lease, float(now))
-        return await self._call("release_page", release)
+        return await self._call("release_page", release, repeatable=True)
+
+
+def _call_error(
+    store: PostgresStore, operation: str, exc: Exception, started: float, repeatable: bool
+) -> tuple[StoreError, BaseException | None]:
+    """The :class:`StoreError` of a call that failed with ``exc``, and its cause."""
+    url = store.url
+    if isinstance(exc, Closed):
+        return StoreError(f"{url}: {operation}: the store is not open"), None
+    if isinstance(exc, NoAnswer):
+        fault = f"no answer from the database within {store._call_timeout:g}s (call_timeout)"
+        if exc.stage == "queued":
+            fault += f": all {store._pool_size} connections stayed busy"
+        elif exc.stage == "connecting":
+            fault += ": its connection did not open"
+        else:
+            fault += ", the connection was discarded"
+        return _error(url, operation, fault, started, exc.commit), None
+    if isinstance(exc, Unreachable):
+        fault = f"cannot connect: {exc}"
+        return _error(url, operation, fault, started, retryable=True), exc.cause
+    if isinstance(exc, ConnectionLost):
+        again = repeatable or exc.commit is None
+        fault = f"connection lost: {exc}"
+        return _error(url, operation, fault, started, exc.commit, retryable=again), exc.cause
+    if isinstance(exc, SetupFailed):
+        fault = f"connected, but setting the connection up failed: {exc}"
+        return _error(url, operation, fault, started), exc.cause
+    return _error(url, operation, one_line(exc), started), exc
+
+
+# What a pooled call may fail with, besides a StoreError of its own.
+_CALL_FAULTS = (
+    Closed,
+    NoAnswer,
+    Unreachable,
+    ConnectionLost,
+    SetupFailed,
+    psycopg.Error,
+    UnicodeError,
+    Contended,
+    Abandoned,
+)
 
 
 def _error(
-    url: str, operation: str, fault: str, started: float, commit: Commit = None
+    url: str,
+    operation: str,
+    fault: str,
+    started: float,
+    commit: Commit = None,
+    *,
+    retryable: bool = False,
 ) -> StoreError:
     """The error of a failed call: the store, the operation, what went wrong, and when."""
     elapsed = trio.current_time() - started
@@ -400,6 +469,7 @@ def _error(
         operation=operation,
         elapsed=elapsed,
         outcome_unknown=unknown,
+        retryable=retryable,
     )
 
 

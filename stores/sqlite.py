@@ -17,7 +17,7 @@ import os
 import sqlite3
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from urllib.parse import parse_qsl
 
 import trio
@@ -28,7 +28,16 @@ from . import _sqlite_jobs as jobs
 from ._rules import decide_page
 from ._sqlite_bridge import DEFAULT_LOCK_TIMEOUT, Worker
 from ._sqlite_sql import SCHEMA_VERSION
-from ._terms import AttemptEnd, PageTerms, RowQuery, attempt_end, row_query
+from ._terms import (
+    AttemptEnd,
+    AttemptStart,
+    PageTerms,
+    RowQuery,
+    attempt_end,
+    attempt_start,
+    row_query,
+)
+from ._waits import WaitOperations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -37,13 +46,21 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+_HINTS = {
+    sqlite3.SQLITE_FULL: "; the disk is full (or the database reached its size limit):"
+    " free space, then run the same command again",
+    sqlite3.SQLITE_IOERR: "; the operating system refused a read or write of the file:"
+    " a file-size limit (ulimit -f), a failing disk, or a file system that went away",
+}
+"""What a full disk and an I/O error each ask of the operator (by SQLite's primary code)."""
+
 # Jobs at most this large run inline, on the Trio thread (a few ms at most);
 # larger payloads (sheet rows, results) are written on the worker thread.
 _INLINE_BYTES = 1 << 20
 _INLINE_KEYS = 4096
 
 
-class SqliteStore:
+class SqliteStore(WaitOperations):
     """A :class:`trioplay.Store` in one SQLite file, the embedded default.
 
     Build it with :meth:`from_url` (``sqlite:///relative.db``,
@@ -164,10 +181,7 @@ class SqliteStore:
             # that is not valid UTF-8 (a lone surrogate) cannot be stored.
             elapsed = trio.current_time() - started
             code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-            hint = ""
-            if code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
-                # A write the disk refused: nothing of this call was committed.
-                hint = "; check that the disk has free space and the file may grow"
+            hint = _HINTS.get(code, "")  # a write the disk refused: nothing of it committed
             raise StoreError(
                 f"{self.url}: {operation}: {exc}{hint} (after {elapsed:.2f}s)",
                 store=self.url,
@@ -177,11 +191,14 @@ class SqliteStore:
 
     # -- runs ---------------------------------------------------------------
     async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, *, now: float
+        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
     ) -> tp.RunRecord:
-        return await self._call(
-            "begin_attempt", partial(jobs.begin_attempt, run_id, play, input_json, now)
-        )
+        begin = (run_id, play, input_json, *attempt_start(**start))
+        return await self._call("begin_attempt", partial(jobs.begin_attempt, begin))
+
+    async def _wait_job(self, operation: str, *args: Any, read: bool = False) -> Any:
+        job = partial(getattr(jobs, operation), *args)
+        return await self._call(operation, job, interruptible=read)
 
     async def finish_attempt(
         self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]

@@ -1,12 +1,20 @@
 """A two-tool play run in subprocesses by the crash and cooperation tests.
 
-``python -m tests.crash_play STORE_URL LOG_PATH ROWS [LEASE_TTL]`` runs (or
-resumes, or joins) the run ``crash-test``; both tools log every execution
-with its idempotency key to LOG_PATH.
+``python -m tests.crash_play STORE_URL LOG_PATH ROWS [LEASE_TTL] [--hang KEY]...
+[--wait-for-go]`` runs (or resumes, or joins) the run ``crash-test``; both
+tools log every execution with its idempotency key to LOG_PATH.
+
+``--hang KEY``: the ``finder`` call of row KEY never returns (and logs
+outcome ``hang`` at once), so this process cannot finish that row's page:
+a test that kills it mid-run needs no more rows than it takes to see the
+kill land. ``--wait-for-go``: open the runtime, print ``ready``, and start
+the run only on a line on stdin, so that processes started together also
+start their runs together (not one after another Python's start-up).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
@@ -39,18 +47,30 @@ async def play(ctx: trioplay.PlayContext, input: dict[str, Any]) -> Any:
 
 
 def main() -> None:
-    store, log, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    lease_ttl = float(sys.argv[4]) if len(sys.argv) > 4 else 60.0
+    parser = argparse.ArgumentParser(prog="python -m tests.crash_play")
+    parser.add_argument("store")
+    parser.add_argument("log")
+    parser.add_argument("rows", type=int)
+    parser.add_argument("lease_ttl", type=float, nargs="?", default=60.0)
+    parser.add_argument("--hang", action="append", default=[], metavar="KEY")
+    parser.add_argument("--wait-for-go", action="store_true")
+    args = parser.parse_args()
     tools = trioplay.ToolRegistry()
     for tool_id in ("finder", "company"):
+        hang = args.hang if tool_id == "finder" else ()
         tools.add_tool(
-            SimulatedProvider(tool_id=tool_id, latency=Latency.fixed(0.002), log_path=log)
+            SimulatedProvider(
+                tool_id=tool_id, latency=Latency.fixed(0.002), hang_keys=hang, log_path=args.log
+            )
         )
-    limits = trioplay.Limits(max_concurrent_external_calls=CONCURRENCY, lease_ttl=lease_ttl)
+    limits = trioplay.Limits(max_concurrent_external_calls=CONCURRENCY, lease_ttl=args.lease_ttl)
 
     async def run() -> None:
-        async with trioplay.open_runtime(store=store, tools=tools, limits=limits) as rt:
-            output = await rt.run(play, {"rows": rows}, run_id="crash-test")
+        async with trioplay.open_runtime(store=args.store, tools=tools, limits=limits) as rt:
+            if args.wait_for_go:
+                print("ready", flush=True)
+                await trio.to_thread.run_sync(sys.stdin.readline)
+            output = await rt.run(play, {"rows": args.rows}, run_id="crash-test")
         print(json.dumps(output), flush=True)
 
     trio.run(run)

@@ -85,6 +85,7 @@ async def test_a_cut_shows_the_write_that_failed_once(
             str(TRIOPLAY), "run", str(play), "--run-id", "r",
             "--store", _through(proxy.port, schema),
             "--limit", "writer_max_flush=0.02", "--limit", "cleanup_timeout=0.5",
+            "--limit", "store_retry=0",
         ]  # fmt: skip
         done: list[subprocess.CompletedProcess[bytes]] = []
         ended = trio.Event()

@@ -28,17 +28,39 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = 20_000
+ROWS = 4_000  # four pages of 1,000 rows
+# The victim of the kill hangs on one row of each page (the 500th), so it
+# cannot finish a page it took: when it is killed it surely holds one.
+VICTIM_HANGS = [f"d{page + 500}.example" for page in range(0, ROWS, 1000)]
 
 
-def start(store: str, log: Path, lease_ttl: float = 60.0) -> subprocess.Popen[str]:
+def start(store: str, log: Path, lease_ttl: float = 60.0, *hang: str) -> subprocess.Popen[str]:
+    """A worker on the run; it opens its runtime, says ``ready`` and waits for :func:`go`."""
+    command = [sys.executable, "-m", "tests.crash_play", store, str(log), str(ROWS)]
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.crash_play", store, str(log), str(ROWS), str(lease_ttl)],
+        [*command, str(lease_ttl), "--wait-for-go", *(f"--hang={key}" for key in hang)],
         cwd=ROOT,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+async def go(procs: list[subprocess.Popen[str]]) -> None:
+    """Start the workers' runs together, once every one is ready.
+
+    Python's start-up takes longer than a run of these rows: workers left to
+    start their runs on their own could find the run finished before them.
+    """
+    for proc in procs:
+        assert proc.stdout is not None
+        line = await trio.to_thread.run_sync(proc.stdout.readline)
+        assert line == "ready\n", (line, proc.communicate())
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()  # communicate() closes it
 
 
 async def sheet(store_url: str) -> tuple[list[str], dict[str, int]]:
@@ -97,6 +119,7 @@ async def test_three_processes_share_one_run(
     log = tmp_path / "tools.jsonl"
     procs = [start(store_url, log) for _ in range(3)]
     workers += procs
+    await go(procs)
     outputs: list[dict[str, Any]] = []
     for proc in procs:
         out, err = await trio.to_thread.run_sync(lambda p=proc: p.communicate(timeout=300))
@@ -118,13 +141,15 @@ async def test_a_killed_process_leaves_its_pages_to_the_others(
     store_url: str, tmp_path: Path, workers: list[subprocess.Popen[str]]
 ) -> None:
     log = tmp_path / "tools.jsonl"
-    procs = [start(store_url, log, lease_ttl=5.0) for _ in range(3)]
+    victim = start(store_url, log, 5.0, *VICTIM_HANGS)
+    procs = [victim, start(store_url, log, 5.0), start(store_url, log, 5.0)]
     workers += procs
-    victim = procs[0]
+    await go(procs)
+    # The victim's call hangs: it has taken a page that it cannot finish.
     deadline = time.monotonic() + 120
-    while not log.exists() or len(executions(log)) < 4_000:
+    while not log.exists() or '"outcome":"hang"' not in log.read_text():
         assert victim.poll() is None, victim.communicate()
-        assert time.monotonic() < deadline, "no progress before the kill"
+        assert time.monotonic() < deadline, "the victim never reached its hanging row"
         await trio.sleep(0.05)
     os.kill(victim.pid, signal.SIGKILL)
     await trio.to_thread.run_sync(lambda: victim.communicate(timeout=10))

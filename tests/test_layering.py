@@ -8,6 +8,7 @@ import counts: at module level, inside functions (lazy imports) and under
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -36,7 +37,8 @@ ENGINE = {
 }
 
 
-def _imports(module: str, path: Path) -> set[str]:
+@functools.cache  # each test reads the same files
+def _imports(module: str, path: Path) -> frozenset[str]:
     """Every module ``module`` imports, as absolute dotted names."""
     is_package = path.name == "__init__.py"
     here = module if is_package else module.rpartition(".")[0]
@@ -54,7 +56,7 @@ def _imports(module: str, path: Path) -> set[str]:
             found.add(target)
             # ``from . import x`` may name a submodule.
             found.update(f"{target}.{alias.name}" for alias in node.names)
-    return found
+    return frozenset(found)
 
 
 def _engine_graph() -> dict[str, set[str]]:

@@ -421,7 +421,15 @@ async def test_the_schema_comes_from_the_url_and_data_survives_reopening(schema:
     tables = await trio.to_thread.run_sync(
         _admin, "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (schema,)
     )
-    assert [t for (t,) in tables] == ["pages", "receipts", "runs", "schema_version", "sheet_rows"]
+    assert [t for (t,) in tables] == [
+        "events",
+        "pages",
+        "receipts",
+        "runs",
+        "schema_version",
+        "sheet_rows",
+        "waits",
+    ]
 
     second = PostgresStore.from_url(url)
     await second.open()
@@ -535,6 +543,12 @@ async def test_statement_timeout_ends_a_long_statement_on_the_server(
 async def test_call_timeout_from_the_url_abandons_a_call_that_does_not_answer(
     schema: str,
 ) -> None:
+    # The schema is created first, with the default call_timeout: the short
+    # one below bounds the slow job, not the migration (which, on a busy
+    # machine, took longer than 0.3 s once schema version 2 came).
+    migrated = open_store(with_schema(DSN, schema))
+    await migrated.open()
+    await migrated.aclose()
     store = open_store(with_schema(DSN, schema, call_timeout="0.3"))
     assert isinstance(store, PostgresStore)
     await store.open()
@@ -665,6 +679,7 @@ async def test_a_cut_connection_fails_the_run_and_a_rerun_completes_it(schema: s
         lease_ttl=1.0,
         receipt_wait_delay=0.05,
         cleanup_timeout=0.5,
+        store_retry=0,  # the cut lasts: no retry (riding one out is test_postgres_faults.py's)
     )
     rerun_limits = attrs.evolve(limits, lease_ttl=trioplay.Limits().lease_ttl)
 

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -28,8 +28,10 @@ from trioplay.stores.memory import MemoryStore
 
 from .strategies import json_objects, json_values, reorder
 
-PAGE = Page(0, Plan([]), None)  # type: ignore[arg-type]  # the writer needs only its lease
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
+PAGE = Page(0, Plan([]), None)  # type: ignore[arg-type]  # the writer needs only its lease
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -54,27 +56,47 @@ def test_receipt_key_is_pinned() -> None:
     assert key_of(value) == "a3ea2e13fa905498fd67617a191f88639181f4d8105618450f7dd8df36a16407"
 
 
-@settings(max_examples=5)
-@given(st.lists(json_objects, min_size=1, max_size=30))
-def test_receipt_keys_are_stable_across_processes(values: list[dict[str, Any]]) -> None:
+@pytest.fixture(scope="module")
+def other_process() -> Iterator[subprocess.Popen[str]]:
+    """A Python process of another hash seed: one JSON list of values in a line, their keys out.
+
+    One for every example: the property is about another process, not about
+    its start-up, which would cost more than the examples.
+    """
     program = (
         "import json, sys\n"
         "from trioplay._keys import tool_receipt_key\n"
         "from trioplay._json import canonical_json\n"
-        "for value in json.loads(sys.stdin.read()):\n"
-        "    print(tool_receipt_key('finder', canonical_json(value), 'play'))\n"
+        "for line in sys.stdin:\n"
+        "    values = json.loads(line)\n"
+        "    keys = [tool_receipt_key('finder', canonical_json(v), 'play') for v in values]\n"
+        "    print(json.dumps(keys), flush=True)\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run(
+    with subprocess.Popen(
         [sys.executable, "-c", program],
-        input=json.dumps(values),
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         text=True,
         env=env,
         cwd=ROOT,
-        timeout=60,
-        check=True,
-    ).stdout.split()
+    ) as proc:
+        yield proc
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+
+
+@settings(max_examples=5)
+@given(st.lists(json_objects, min_size=1, max_size=30))
+def test_receipt_keys_are_stable_across_processes(
+    other_process: subprocess.Popen[str], values: list[dict[str, Any]]
+) -> None:
+    assert other_process.stdin is not None
+    assert other_process.stdout is not None
+    other_process.stdin.write(json.dumps(values) + "\n")
+    other_process.stdin.flush()
+    out = json.loads(other_process.stdout.readline())
     assert out == [key_of(value) for value in values]
 
 

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
+# Rows of the short sigint trials: the play's finder takes milliseconds a call,
+# so 600 rows run about a second, longer than Python's start-up, and most
+# random signals land in the run.
+TRIAL_ROWS = 600
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -149,13 +153,13 @@ def test_runs_interrupted_at_random_points_leave_a_sound_store(tmp_path: Path) -
     signals the run once 200 calls were paid, so one signal surely lands in
     a run that had begun.
     """
-    report = sigint_trials.run(6, rows=1_500, seed=11, window=(0.3, 0.95), quiet=True)
+    report = sigint_trials.run(6, rows=TRIAL_ROWS, seed=11, window=(0.3, 0.95), quiet=True)
     text = "\n".join(report.lines())
     assert report.sound, text
     stopped = [trial for trial in report.trials if trial.cancelled_run]
     assert all(trial.exit_code == 130 for trial in stopped), text
     midway = sigint_trials.trial(
-        tmp_path / "midway", 1_500, 0.0, signal.SIGINT, "cli", after_paid=200
+        tmp_path / "midway", TRIAL_ROWS, 0.0, signal.SIGINT, "cli", after_paid=200
     )
     assert midway.sound, midway
     assert (midway.cancelled_run, midway.exit_code) == (True, 130), midway
@@ -163,7 +167,7 @@ def test_runs_interrupted_at_random_points_leave_a_sound_store(tmp_path: Path) -
 
 def test_runs_terminated_at_random_points_leave_a_sound_store() -> None:
     report = sigint_trials.run(
-        3, rows=1_500, seed=12, signum=signal.SIGTERM, window=(0.3, 0.95), quiet=True
+        3, rows=TRIAL_ROWS, seed=12, signum=signal.SIGTERM, window=(0.3, 0.95), quiet=True
     )
     text = "\n".join(report.lines())
     assert report.sound, text

@@ -6,6 +6,8 @@
 - :class:`SlowStore`, :class:`StoreOutage`, :class:`LeaseRejection`,
   :class:`DispatcherCrash`, :class:`HeldElsewhere`: wrappers around any store
 - :class:`CpuHog`, :func:`block_loop`: a resolver that blocks the event loop
+- :class:`FaultyProxy`: a TCP proxy on 127.0.0.1 that cuts, black-holes or delays a
+  connection (to a PostgreSQL server, say); real time and real sockets
 
 Under ``trio.testing.MockClock(autojump_threshold=0)`` each of them does the
 same thing at the same virtual moment on every run.
@@ -26,3 +28,4 @@ from ._store import LeaseRejection as LeaseRejection
 from ._store import SlowStore as SlowStore
 from ._store import StoreOutage as StoreOutage
 from ._store import StoreWrapper as StoreWrapper
+from ._tcp import FaultyProxy as FaultyProxy

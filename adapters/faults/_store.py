@@ -23,14 +23,17 @@ if TYPE_CHECKING:
 
     from trioplay import (
         ClaimOutcome,
+        EventRecord,
         PageClaim,
         Receipt,
         RunLeases,
         RunRecord,
+        SendResult,
         SheetEntry,
         SheetRow,
         SheetWrite,
         Store,
+        WaitRecord,
     )
 
     from ..simulated import Latency
@@ -147,6 +150,25 @@ class StoreWrapper:
     async def release_page(self, *args: Any, **kwargs: Any) -> bool:
         return await self._call("release_page", *args, **kwargs)  # type: ignore[no-any-return]
 
+    # -- WaitStore --------------------------------------------------------------
+    async def register_waits(self, *args: Any, **kwargs: Any) -> list[WaitRecord]:
+        return await self._call("register_waits", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def poll_waits(self, *args: Any, **kwargs: Any) -> list[WaitRecord | None]:
+        return await self._call("poll_waits", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def send_event(self, *args: Any, **kwargs: Any) -> SendResult:
+        return await self._call("send_event", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def cancel_run(self, *args: Any, **kwargs: Any) -> int:
+        return await self._call("cancel_run", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def list_waits(self, *args: Any, **kwargs: Any) -> list[WaitRecord]:
+        return await self._call("list_waits", *args, **kwargs)  # type: ignore[no-any-return]
+
+    async def list_events(self, *args: Any, **kwargs: Any) -> list[EventRecord]:
+        return await self._call("list_events", *args, **kwargs)  # type: ignore[no-any-return]
+
 
 class SlowStore(StoreWrapper):
     """Every call to ``operations`` (default: all) first sleeps a seeded ``latency``."""
@@ -175,7 +197,10 @@ class StoreOutage(StoreWrapper):
     ``hang=True`` (the default): a call made during the outage waits,
     unanswered, until the outage ends (a silent database; ``math.inf`` as
     ``duration`` never ends it). ``hang=False``: it raises
-    :class:`trioplay.StoreError` at once (a refused connection).
+    :class:`trioplay.StoreError` at once (a refused connection), marked
+    ``retryable`` when ``retryable=True`` (a store that knows the call did
+    nothing, as the PostgreSQL store does of a refused connection: the
+    runtime tries again within ``Limits.store_retry``).
     ``operations`` defaults to every call; ``RECEIPT_WRITES`` and
     ``SHEET_WRITES`` name common subsets.
     """
@@ -188,11 +213,13 @@ class StoreOutage(StoreWrapper):
         duration: float = math.inf,
         hang: bool = True,
         operations: Collection[str] | None = None,
+        retryable: bool = False,
     ) -> None:
         super().__init__(inner)
         self.start = start
         self.end = start + duration
         self.hang = hang
+        self.retryable = retryable
         self.operations = None if operations is None else frozenset(operations)
         self.refused = 0
         """How many calls the outage held or refused."""
@@ -205,7 +232,9 @@ class StoreOutage(StoreWrapper):
             return
         self.refused += 1
         if not self.hang:
-            raise StoreError(f"simulated store outage: {operation} refused")
+            raise StoreError(
+                f"simulated store outage: {operation} refused", retryable=self.retryable
+            )
         await trio.sleep(self.end - elapsed)  # math.inf: never answers
 
 

@@ -9,7 +9,9 @@ usage or input problem (bad arguments or configuration, a missing file, a bad st
 an output that would write over a file the command reads, or that cannot be written,
 :class:`~trioplay.PlayInputError`, :class:`~trioplay.PlayDefinitionError`,
 :class:`~trioplay.RunIdConflict`), 3 a completed run whose ``--out``
-failed, 130 after Ctrl-C (SIGINT), 143 after SIGTERM: during ``run`` and
+failed, 5 a run that failed because play or tool code raised ``SystemExit``,
+``KeyboardInterrupt`` or another ``BaseException`` (:class:`~trioplay.PlayAborted`),
+130 after Ctrl-C (SIGINT), 143 after SIGTERM: during ``run`` and
 ``demo`` either signal cancels the run, which ends as a cancelled run does,
 and a second one exits at once (see ``_signals``). Errors are one line,
 ``error: ...``, on stderr; ``--debug`` adds the traceback.
@@ -50,9 +52,11 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .._errors import PlayAborted
 from ._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_PLAY_ABORTED,
     EXIT_USAGE,
     INPUT_ERRORS,
     UsageError,
@@ -86,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (UsageError, *INPUT_ERRORS) as exc:
             session.report_error(exc, usage=True)
             return EXIT_USAGE
+        except PlayAborted as exc:  # before the run started: its play raised SystemExit, say
+            session.report_error(exc, usage=False)
+            return EXIT_PLAY_ABORTED
         except Exception as exc:
             session.report_error(exc, usage=False)
             return EXIT_FAILED

@@ -21,6 +21,7 @@ import trio
 
 from trioplay.stores.sqlite import path_problem
 
+from .._errors import PlayAborted
 from .._json import canonical_json
 from .._plugins import open_store
 from .._retry import recorded_failures
@@ -32,6 +33,7 @@ from ._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_PLAY_ABORTED,
     EXIT_USAGE,
     INPUT_ERRORS,
     UsageError,
@@ -321,7 +323,7 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         return interrupt.exit_code
     assert finished is not None  # not cancelled, so the body returned
     if error is not None:
-        return EXIT_USAGE if usage else EXIT_FAILED
+        return _failed_code(error, usage=usage)
     if finished.export_error is not None:
         session.report_error(finished.export_error, usage=False)
         _say(
@@ -330,6 +332,13 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
         )
         return EXIT_EXPORT_FAILED
     return EXIT_OK
+
+
+def _failed_code(error: Exception, *, usage: bool) -> int:
+    """The exit code of a failed run: a play that raised a ``BaseException`` has its own."""
+    if usage:
+        return EXIT_USAGE
+    return EXIT_PLAY_ABORTED if isinstance(error, PlayAborted) else EXIT_FAILED
 
 
 def _interrupted(outcome: RunOutcome, spec: _RunSpec) -> str:

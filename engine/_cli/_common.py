@@ -14,6 +14,9 @@ EXIT_USAGE = 2
 """The command cannot run as given: arguments, configuration, play file or input."""
 EXIT_EXPORT_FAILED = 3
 """The run completed, but writing ``--out`` failed: its rows are in the store."""
+EXIT_PLAY_ABORTED = 5
+"""Play or tool code raised ``SystemExit``, ``KeyboardInterrupt`` or another
+``BaseException`` (:class:`~trioplay.PlayAborted`): the run failed, whatever code it asked for."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (SIGINT)."""
 EXIT_TERMINATED = 143

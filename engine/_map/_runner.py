@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
+from .._aborts import aborted
 from .._errors import (
     LeaseLost,
     MapMemoryLimitError,
     PersistenceLatchTripped,
+    PlayAborted,
     PlayDefinitionError,
     PlayInputError,
     RowOutputNotJsonSerializable,
@@ -32,7 +34,7 @@ from .._errors import (
     StoreError,
     format_error,
 )
-from .._groups import open_nursery, start, start_soon
+from .._groups import note_counted, open_nursery, start, start_soon
 from .._json import dumps
 from .._phase import enter_row, leave_row
 from .._records import PageLease, SheetRow
@@ -380,6 +382,8 @@ class _MapRun:
         finally:
             admission.release_slot(token)
             admission.release_bytes(reserved)
+        if isinstance(failure, PlayAborted):
+            raise failure  # its row is recorded failed; the run fails whatever on_row_error says
         if failure is not None and self.on_row_error == "fail":
             failure.add_note(f"trioplay: dataset {self.name!r}, row {key!r} failed")
             raise failure
@@ -400,6 +404,7 @@ class _MapRun:
         # The row's phase, for the governor and fetch that run its calls in this task.
         row_phase = enter_row(observer.row_phase(observer_token))
         column = ""
+        resolver: Any = None
         try:
             for column, resolver in self.columns:
                 value = resolver(data, rc)
@@ -409,7 +414,7 @@ class _MapRun:
                 data[column] = value
             try:
                 text = dumps(data)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):
                 raise _not_serialisable(data, self.columns) from None
             if len(text) > (limit := self.limits.active_rows_budget_bytes):
                 raise MapMemoryLimitError(
@@ -417,7 +422,8 @@ class _MapRun:
                     f"active_rows_budget_bytes={limit:,}"
                 )
         except _FATAL as exc:
-            exc.add_note(f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}")
+            where = f"trioplay: dataset {self.name!r}, row {key!r}, column {column!r}"
+            note_counted(exc, "rows", where)
             raise
         except MapMemoryLimitError as exc:
             # The computed columns made the row too big: keep its input fields.
@@ -427,11 +433,24 @@ class _MapRun:
         except Exception as exc:
             if isinstance(exc, LeaseLost):
                 await self.pages.check(page)  # the page too? then the row is cancelled
+            if isinstance(exc, PlayAborted):  # a tool's: say whose row it was
+                note_counted(exc, "rows", f"trioplay: {_whose(self.name, key, column, resolver)}")
             return _failed_row(position, key, data, exc, attempt), exc
+        except BaseException as exc:
+            failure = aborted(exc, _whose(self.name, key, column, resolver))
+            if failure is None:
+                raise  # a cancellation, or a real Ctrl-C
+            return _failed_row(position, key, data, failure, attempt), failure
         finally:
             leave_row(row_phase)
             observer.resolver_finished(observer_token)
         return SheetRow(key, position, "completed", text, None, attempt), None
+
+
+def _whose(dataset: str, key: str, column: str, resolver: object) -> str:
+    """The row and the resolver a failure belongs to, as a :class:`PlayAborted` names them."""
+    name = getattr(resolver, "__qualname__", None) or type(resolver).__name__
+    return f"dataset {dataset!r}, row {key!r}, resolver {name} (column {column!r})"
 
 
 def _failed_row(
@@ -442,7 +461,7 @@ def _failed_row(
     for name, value in data.items():
         try:
             dumps(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             continue
         kept[name] = value
     return SheetRow(key, position, "failed", dumps(kept), format_error(exc), attempt)
@@ -452,7 +471,7 @@ def _not_serialisable(data: dict[str, Any], columns: Columns) -> RowOutputNotJso
     for name, value in data.items():
         try:
             dumps(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             kind = "column" if any(name == column for column, _ in columns) else "input field"
             return RowOutputNotJsonSerializable(
                 f"{kind} {name!r} holds a {type(value).__name__} that cannot be stored "

@@ -23,7 +23,12 @@ largest lateness of the event loop during the last interval (see
 :mod:`trioplay._loop_lag`; 0 when it stayed under ``loop_lag_threshold``).
 
 ``oldest_phase`` is ``store`` when a store call has gone unanswered for a
-whole interval: whatever else waits (rows for a slot that a call keeps
+whole interval, or when the run's store was busy (a call in flight) for at
+least half of the interval while the oldest row waits for something else
+than the writer (``writer_admission`` and ``writer_commit`` already say
+that a row waits on sheet writes, and which row): a lock, or statements
+that each wait for their timeout, show in the first line although no one
+call lasts an interval. Whatever else waits (rows for a slot that a call keeps
 until its receipt is written, rows for their commit, calls for their claim)
 then waits on the store. It is ``loop`` when the event loop was blocked for
 ``loop_lag_threshold`` or more during the last interval (``loop_lag_ms``):
@@ -51,6 +56,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trioplay.stall")
 
+# The writer's phases: rows that wait on sheet writes, which say so with the row's key.
+_WRITER = ("writer_admission", "writer_commit")
 # An unsettled item: since when, its phase, and its row key, tool and provider.
 _Item = tuple[float, str, str | None, str | None, str | None]
 
@@ -103,6 +110,8 @@ class MapStallObserver:
         self._last_commit_at = now()
         self._busy = trio.Event()
         self._timer: trio.CancelScope | None = None
+        # The store's busy time when the interval being timed began.
+        self._store_busy_mark = store_calls.busy_time(now()) if store_calls is not None else 0.0
 
     # -- hooks --------------------------------------------------------------
     def resolver_started(self, key: str | None = None) -> int:
@@ -155,6 +164,8 @@ class MapStallObserver:
             await self._busy.wait()
             with trio.CancelScope() as timer:
                 self._timer = timer
+                if self._store_calls is not None:
+                    self._store_busy_mark = self._store_calls.busy_time(self._now())
                 await trio.sleep(self._interval)
             self._timer = None
             if timer.cancelled_caught:
@@ -203,8 +214,15 @@ class MapStallObserver:
         oldest = min(candidates, key=lambda c: c[0]) if candidates else None
         store_active = len(self._store_calls) if self._store_calls is not None else 0
         store = self._store_calls.oldest() if self._store_calls is not None else None
+        busy = (
+            self._store_calls.busy_time(now) - self._store_busy_mark
+            if self._store_calls is not None
+            else 0.0
+        )
         if store is not None and now - store[0] >= self._interval:
             oldest = (store[0], "store", None, None, None)
+        elif busy >= self._interval / 2 and (oldest is None or oldest[1] not in _WRITER):
+            oldest = (store[0] if store is not None else now - busy, "store", None, None, None)
         lag = self._loop_watch.lag_since(now - self._interval) if self._loop_watch else 0.0
         if lag > 0:
             oldest = (now - lag, "loop", None, None, None)

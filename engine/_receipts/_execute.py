@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .._aborts import aborted
 from .._errors import (
     LeaseLost,
     PersistenceLatchTripped,
+    PlayAborted,
     ProviderTransientError,
     ToolExecutionError,
     ToolTimeout,
@@ -243,6 +245,11 @@ class Executor:
             # Each member raises its own exception object: one object raised in
             # many tasks would tangle their tracebacks.
             results = [exc, *(_copy_error(exc) for _ in owned[1:])]
+        except BaseException as exc:
+            failure = aborted(exc, f"{first.operation} {first.name!r}")
+            if failure is None:
+                raise  # a cancellation, or a real Ctrl-C
+            results = [failure, *(_copy_error(failure) for _ in owned[1:])]
         error = results[0]
         if trace is not None:
             retrying = may_retry and isinstance(error, ProviderTransientError)
@@ -268,8 +275,8 @@ class Executor:
                 error.tool_id = call.name
             self._slow_down(call, error)
             return error, False
-        if isinstance(error, LeaseLost | PersistenceLatchTripped):
-            return error, False
+        if isinstance(error, LeaseLost | PersistenceLatchTripped | PlayAborted):
+            return error, False  # not the provider's answer: a rerun calls again
         if not call.record_failures:
             return error, False  # steps and fetches: the caller's own error, not recorded
         if not isinstance(error, TrioplayError):
@@ -299,17 +306,18 @@ class Executor:
             if not isinstance(result, BaseException):
                 try:
                     text = dumps(result)
-                except (TypeError, ValueError) as exc:
+                    value = loads(text)
+                except Exception as exc:
+                    # Any error of the encoder (RecursionError for a result nested
+                    # too deep included) fails the call and settles its receipt.
                     result = ToolExecutionError(
                         f"{call.operation} {call.name!r} returned a value that cannot be"
-                        f" stored as JSON: {exc}",
+                        f" stored as JSON: {type(exc).__name__}: {exc}",
                         tool_id=call.name,
                         raised=type(exc).__name__,
                     )
                 else:
-                    entries.append(
-                        (Completion(call.key, claim.lease_id, text), call, loads(text), None)
-                    )
+                    entries.append((Completion(call.key, claim.lease_id, text), call, value, None))
                     continue
             error, record = self._classify(call, result)
             if record:
