@@ -408,7 +408,6 @@ class _MapRun:
         try:
             for column, resolver in self.columns:
                 value = resolver(data, rc)
-                # An async resolver's coroutine, known without inspect's frame.
                 if type(value) is types.CoroutineType or inspect.isawaitable(value):
                     value = await value
                 data[column] = value
