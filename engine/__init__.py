@@ -16,6 +16,7 @@ from ._errors import FetchError as FetchError
 from ._errors import FetchTimeout as FetchTimeout
 from ._errors import InvalidWait as InvalidWait
 from ._errors import LeaseLost as LeaseLost
+from ._errors import MapAccountingError as MapAccountingError
 from ._errors import MapMemoryLimitError as MapMemoryLimitError
 from ._errors import PersistenceLatchTripped as PersistenceLatchTripped
 from ._errors import PlayAborted as PlayAborted
@@ -46,6 +47,7 @@ from ._limits import Limits as Limits
 from ._map import Dataset as Dataset
 from ._map import MapResult as MapResult
 from ._map import Row as Row
+from ._map import WaitingRow as WaitingRow
 from ._map._stall import MapStallObserver as MapStallObserver
 from ._map._stall import WriterDiagnostics as WriterDiagnostics
 from ._records import Claimed as Claimed
@@ -81,6 +83,7 @@ from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 from ._runtime import play as play
 from ._runtime import run as run
+from ._runtime import send_event as send_event
 from ._store import FailureStore as FailureStore
 from ._store import PageStore as PageStore
 from ._store import ReceiptStore as ReceiptStore
@@ -93,3 +96,4 @@ from ._tools import ToolCall as ToolCall
 from ._tools import ToolRegistry as ToolRegistry
 from ._tools import ToolSettings as ToolSettings
 from ._tools import ToolSpec as ToolSpec
+from ._waits import EventWait as EventWait

@@ -11,8 +11,9 @@ code was reported as the user's Ctrl-C ("the same command resumes it").
 where the play's code is called: the play itself (``_runtime``), a
 resolver (``_map/_runner``) and a tool or step (``_receipts/_execute``).
 
-Two ``BaseException``\\s are not the play's to raise and go through as they
-are: Trio's ``Cancelled`` (a cancel scope above) and a ``KeyboardInterrupt``
+Three ``BaseException``\\s are not the play's to raise and go through as they
+are: the engine's own suspension (``RowSuspended``, a row or map waiting
+for an outside event), Trio's ``Cancelled`` (a cancel scope above) and a ``KeyboardInterrupt``
 raised by Trio's own SIGINT handling (a real Ctrl-C in a program that lets
 Trio handle it, which may land in play code, as Trio does not protect it).
 Trio raises that one in its own code (the signal handler, or the delivery
@@ -27,7 +28,7 @@ import os
 
 import trio
 
-from ._errors import PlayAborted
+from ._errors import PlayAborted, RowSuspended
 
 _TRIO_PACKAGE = os.path.dirname(trio.__file__) + os.sep
 
@@ -35,8 +36,9 @@ _TRIO_PACKAGE = os.path.dirname(trio.__file__) + os.sep
 def aborted(error: BaseException, where: str) -> PlayAborted | None:
     """The :class:`PlayAborted` that ``error``, raised by ``where``'s code, stands for.
 
-    ``None`` when ``error`` is not the play's abort: an ``Exception``, a Trio
-    cancellation, a real Ctrl-C, or a group holding one of the last two
+    ``None`` when ``error`` is not the play's abort: an ``Exception``, a
+    suspension on a wait, a Trio cancellation, a real Ctrl-C, or a group
+    holding one of the last three
     (raise it again as it is).
     """
     if isinstance(error, Exception) or not _aborts(error):
@@ -49,7 +51,7 @@ def aborted(error: BaseException, where: str) -> PlayAborted | None:
 def _aborts(error: BaseException) -> bool:
     if isinstance(error, BaseExceptionGroup):
         return all(_aborts(inner) for inner in error.exceptions)
-    if isinstance(error, trio.Cancelled):
+    if isinstance(error, trio.Cancelled | RowSuspended):
         return False
     if isinstance(error, KeyboardInterrupt):
         return not raised_by_trio(error)

@@ -12,6 +12,8 @@ from ._plugins import source
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
+    from ._waits import Occurrences, Parking
+
 
 class PlayContext(DurableEffects):
     """The first argument of a play: datasets, sources, durable effects, logging.
@@ -70,6 +72,9 @@ class PlayContext(DurableEffects):
         """
         services = self._services
         return await services.step(step_receipt_key(services.run_id, key), key, fn, stale_after)
+
+    def _wait_scope(self) -> tuple[str | None, str | None, Occurrences, Parking | None]:
+        return None, None, self._services.waits.play_occurrences, None
 
     def log(self, message: str) -> None:
         """Log a line for this run (logger ``trioplay.play``, and a ``play.log`` event)."""

@@ -1,7 +1,8 @@
-"""The durable effects both contexts offer, once: ``tool`` and ``fetch``.
+"""The durable effects both contexts offer, once: ``tool``, ``fetch`` and event waits.
 
 :class:`~trioplay.PlayContext` and :class:`~trioplay.RowContext` inherit
-them; each adds what differs (a step's key, the log line, the datasets).
+them; each adds what differs (a step's key, the log line, the datasets,
+whose wait it is: :meth:`DurableEffects._wait_scope`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._fetch import FetchOptions
+from ._waits import MISSING, open_wait
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
     from ._fetch import FetchResponse
     from ._limits import FetchTimeouts
     from ._run import RunServices
+    from ._waits import EventWait, Occurrences, Parking
 
 
 class DurableEffects:
@@ -90,3 +93,81 @@ class DurableEffects:
             method=method, headers=headers, json=json, content=content, auth=auth, timeouts=timeouts
         )
         return await self._services.fetch(url, options, stale_after=stale_after, force=force)
+
+    # -- event waits (issue 22) ------------------------------------------------
+    def _wait_scope(self) -> tuple[str | None, str | None, Occurrences, Parking | None]:
+        """Whose waits these are: dataset, row key, their occurrence counter, how a
+        row lingers (``None`` for the play)."""
+        raise NotImplementedError
+
+    async def event_wait(
+        self,
+        name: str,
+        *,
+        key: Any = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        default: Any = MISSING,
+        linger: float | None = None,
+    ) -> EventWait:
+        """Register a wait for the event ``name`` with ``key`` and return its handle.
+
+        The handle's ``token`` is opaque and unguessable (put it in a
+        webhook URL: ``trioplay send-event RUN --token TOKEN`` or
+        ``rt.send_event(run_id, token=...)`` delivers to this wait); then
+        ``await handle`` as :meth:`wait_for_event` does. Registering is
+        durable: a rerun meets the same wait, with the same token and
+        deadline. Raises :class:`InvalidWait` (naming the argument) before
+        anything is written.
+        """
+        self._services.receipts.raise_if_ended()  # a context kept past its run
+        dataset, row_key, occurrences, parking = self._wait_scope()
+        return await open_wait(
+            self._services.waits,
+            dataset=dataset,
+            row_key=row_key,
+            occurrences=occurrences,
+            parking=parking,
+            name=name,
+            key=key,
+            timeout=timeout,
+            deadline=deadline,
+            default=default,
+            linger=linger,
+        )
+
+    async def wait_for_event(
+        self,
+        name: str,
+        *,
+        key: Any = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        default: Any = MISSING,
+        linger: float | None = None,
+    ) -> Any:
+        """Wait for the outside event ``name`` with ``key``, durably, and return its payload.
+
+        Every wait is bounded: ``timeout=`` (seconds from the first time
+        the wait is registered) or ``deadline=`` (epoch seconds), at most
+        ``Limits.max_event_wait``. The deadline is written once: a rerun
+        or a restart never extends it. An event sent before the wait is
+        registered is kept and taken here.
+
+        When no event is there yet the row *suspends* (in a play, the run
+        does): it is neither completed nor failed, the run ends
+        ``waiting`` (``rt.run`` raises :class:`RunWaiting`, the command
+        line exits 4), and resuming the run (a rerun) replays the row's
+        receipts up to here and returns the delivered payload. ``linger``
+        (seconds, at most 300) first waits in-process, the row's slot
+        released, for an event that comes back quickly.
+
+        Past the deadline: ``default`` if given, else
+        :class:`EventWaitTimeout`. A rejected event raises
+        :class:`EventRejected`. The suspension is a ``BaseException``:
+        ``except Exception`` cannot swallow it.
+        """
+        handle = await self.event_wait(
+            name, key=key, timeout=timeout, deadline=deadline, default=default, linger=linger
+        )
+        return await handle.result()

@@ -548,6 +548,43 @@ class RowSuspended(BaseException):
         self.wait = wait
 
 
+class MapSuspended(RowSuspended):
+    """Internal: a map ended with rows waiting, and stops the play (``on_waiting="stop"``).
+
+    Raised once the map's writer has committed every other row; ``waits``
+    are the waits of its waiting rows.
+    """
+
+    def __init__(self, dataset: str, waits: tuple[Any, ...]) -> None:
+        BaseException.__init__(self, f"dataset {dataset!r}: {len(waits)} row(s) waiting")
+        self.wait = waits[0] if waits else None
+        self.waits = waits
+        self.dataset = dataset
+
+
+class MapAccountingError(TrioplayError, RuntimeError):
+    """A map's counts do not add up to the rows it read: a row went missing.
+
+    completed + failed + waiting + skipped (duplicates included) + rows left
+    to another process must equal the rows read. ``missing`` holds up to
+    ten input positions that no count accounts for.
+    """
+
+    code = "MAP_ACCOUNTING"
+
+    def __init__(self, dataset: str, read: int, counted: int, missing: list[int]) -> None:
+        where = ", ".join(str(position) for position in missing) or "none"
+        super().__init__(
+            f"dataset {dataset!r}: {read:,} rows were read but {counted:,} are accounted for "
+            f"(completed + failed + waiting + skipped + left to another process); "
+            f"positions not accounted for (at most 10): {where}"
+        )
+        self.dataset = dataset
+        self.read = read
+        self.counted = counted
+        self.missing = missing
+
+
 def format_error(error: BaseException) -> str:
     """One line naming the error type and its message, as stored for failed rows."""
     message = str(error)

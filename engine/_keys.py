@@ -8,7 +8,8 @@ every stored receipt unreachable: ``tests/test_properties.py`` pins them.
 
 Scopes (``docs/architecture.md``, "Receipt scopes"): a tool call is scoped to
 the play, so the same input is paid for once across the play's runs; a step
-or a fetch to the run; a row step to the run and the row.
+or a fetch to the run; a row step to the run and the row; an event wait to the
+run, the row, its name, its key and how many waits on them came before it.
 """
 
 from __future__ import annotations
@@ -59,6 +60,17 @@ def row_step_receipt_key(run_id: str, dataset: str, row_key: str, key: str) -> s
 def fetch_receipt_key(run_id: str, identity: dict[str, Any]) -> str:
     """The receipt key of a fetch, ``identity`` being ``Fetcher.prepare(...).identity()``."""
     return digest("fetch", run_id, identity)
+
+
+def wait_key(
+    run_id: str, dataset: str | None, row_key: str | None, name: str, key_json: str, occurrence: int
+) -> str:
+    """The key of an event wait: one per run, row (``None`` for the play's own), name,
+    key and occurrence (the first wait on ``(name, key)`` in its row is 0, the next 1, ...).
+
+    Derived like a receipt key, so a rerun meets the same wait again.
+    """
+    return digest("wait", run_id, dataset, row_key, name, key_json, occurrence)
 
 
 def idempotency_key(receipt_key: str, lease_id: str | None) -> str:

@@ -135,6 +135,7 @@ class Limits:
     csv_field_limit: int = _field(131_072, SIZE)
     max_event_wait: float = _field(30 * 24 * 3600.0, EVENT_WAIT)
     max_event_payload_bytes: int = _field(MiB, EVENT_PAYLOAD)
+    event_poll_interval: float = _field(1.0, SPAN)
 
 
 @attrs.frozen(kw_only=True)

@@ -6,6 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._effects import DurableEffects
 from ._keys import row_step_receipt_key
+from ._waits import Occurrences
+
+if TYPE_CHECKING:
+    from ._waits import Parking
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,12 +26,16 @@ class RowContext(DurableEffects):
     from the row's task itself, see :mod:`trioplay._phase`.)
     """
 
-    __slots__ = ("dataset", "key")
+    __slots__ = ("_occurrences", "_parking", "dataset", "key")
 
-    def __init__(self, services: RunServices, dataset: str, key: str) -> None:
+    def __init__(
+        self, services: RunServices, dataset: str, key: str, parking: Parking | None = None
+    ) -> None:
         self._services = services
         self.dataset = dataset
         self.key = key
+        self._occurrences: Occurrences | None = None  # made by the row's first wait
+        self._parking = parking  # how the row lingers (lends its slot), from the map
 
     @property
     def run_id(self) -> str:
@@ -40,6 +48,12 @@ class RowContext(DurableEffects):
         services = self._services
         receipt_key = row_step_receipt_key(services.run_id, self.dataset, self.key, key)
         return await services.step(receipt_key, key, fn, stale_after)
+
+    def _wait_scope(self) -> tuple[str | None, str | None, Occurrences, Parking | None]:
+        occurrences = self._occurrences
+        if occurrences is None:
+            occurrences = self._occurrences = Occurrences()
+        return self.dataset, self.key, occurrences, self._parking
 
     def log(self, message: str) -> None:
         """Log a line for this row (logger ``trioplay.play``, and a ``play.log`` event)."""

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._store import Store
     from ._tools import ToolCall
     from ._trace import Recorder
+    from ._waits import RunWaits
 
 play_log = logging.getLogger("trioplay.play")
 
@@ -56,6 +57,8 @@ class RunServices:
     fetcher: Callable[[], Awaitable[Fetcher]]
     cleanup: CleanupBudget
     """The run's one cleanup budget: the map's writer and page leases clean up within it."""
+    waits: RunWaits
+    """The run's event waits: registration, lingering, the waits it suspended on."""
     facts: Recorder | None = None
     """Where every event goes (the ``on_event`` listener reads its facts), or ``None``."""
     trace: Recorder | None = None

@@ -24,6 +24,7 @@ from ._errors import (
     PlayDefinitionError,
     PlayInputError,
     RunIdConflict,
+    RunWaiting,
     format_error,
 )
 from ._governor import Governor
@@ -40,7 +41,8 @@ from ._store_retry import retrying
 from ._tools import ToolRegistry
 from ._trace._listen import EventListener
 from ._trace._recorder import Recorder
-from ._trace._records import RunFinished, RunStarted
+from ._trace._records import EventSent, RunFinished, RunStarted
+from ._waits import MISSING, RunWaits, event_request, suspension
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
     from ._events import EventSink
     from ._fetch import Fetcher, FetchResponse
     from ._receipts import Dispatcher
-    from ._records import RunStatus
+    from ._records import RunStatus, SendRequest, SendResult, WaitRecord
 
 log = logging.getLogger("trioplay")
 
@@ -161,13 +163,26 @@ class Runtime:
         return await (await self.fetcher()).fetch(url, FetchOptions(**options))
 
     @trio.lowlevel.enable_ki_protection
-    async def run(self, play: Play, input: Any = None, *, run_id: str | None = None) -> Any:
+    async def run(
+        self,
+        play: Play,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        play_ref: str | None = None,
+    ) -> Any:
         """Run ``play(ctx, input)`` durably and return what it returns.
 
         ``run_id`` defaults to one derived from the play name and the input,
         so running the same play on the same input again resumes it: committed
         rows are skipped and completed receipts replayed. The run's counters
-        are in :attr:`last_stats` afterwards.
+        are in :attr:`last_stats` afterwards. ``play_ref`` (``FILE.py:PLAY``)
+        is recorded with the run, for ``trioplay resume RUN``.
+
+        A run whose rows (or play) wait for outside events ends ``waiting``
+        and raises :class:`RunWaiting` (its open waits, the next deadline):
+        send the events (:meth:`send_event`, ``trioplay send-event``), then
+        run it again to resume.
 
         A ``KeyboardInterrupt`` (Ctrl-C under ``trio.run``) ends the run as
         ``cancelled`` and is raised again. This method's own bookkeeping is
@@ -179,9 +194,10 @@ class Runtime:
         (:func:`~trioplay._collector.tuned_for_run`).
         """
         with tuned_for_run():
-            return await self._run(play, input, run_id)
+            return await self._run(play, input, run_id, play_ref)
 
-    async def _run(self, play: Play, input: Any, run_id: str | None) -> Any:
+    @trio.lowlevel.enable_ki_protection
+    async def _run(self, play: Play, input: Any, run_id: str | None, play_ref: str | None) -> Any:
         name = play_name(play)
         try:
             input_json = canonical_json(input)
@@ -189,7 +205,10 @@ class Runtime:
             raise PlayInputError(f"play input must be JSON-serialisable: {exc}") from None
         if run_id is None:
             run_id = default_run_id(name, input_json)
-        record = await self._store.begin_attempt(run_id, name, input_json, now=self.wall_clock())
+        begin: dict[str, Any] = {} if play_ref is None else {"play_ref": play_ref}
+        record = await self._store.begin_attempt(
+            run_id, name, input_json, now=self.wall_clock(), **begin
+        )
         if (record.play, record.input_json) != (name, input_json):
             raise RunIdConflict(
                 run_id,
@@ -225,6 +244,14 @@ class Runtime:
             async with open_dispatcher(setup) as dispatcher:
                 stats = dispatcher.stats
                 loop_watch = LoopWatch(self.limits.loop_lag_threshold, self.facts, run_id)
+                waits = RunWaits(
+                    store=store,
+                    run_id=run_id,
+                    limits=self.limits,
+                    wall_clock=self.wall_clock,
+                    spawn=dispatcher.start_soon,
+                    trace=self.trace,
+                )
                 services = RunServices(
                     run_id=run_id,
                     attempt=record.attempt,
@@ -242,12 +269,19 @@ class Runtime:
                     store_calls=store_calls,
                     loop_watch=loop_watch,
                     cleanup=cleanup,
+                    waits=waits,
                 )
                 returned: list[Any] = []
                 done = trio.Event()
 
                 async def body() -> None:
-                    returned.append(await _call_play(play, PlayContext(services), input))
+                    try:
+                        returned.append(await _call_play(play, PlayContext(services), input))
+                    except BaseException as exc:
+                        # A suspension (a wait of the play, or a map's waiting
+                        # rows) ends the play, not the run: it ends waiting.
+                        if suspension(exc) is None:
+                            raise
                     await dispatcher.drain()
                     done.set()
 
@@ -259,6 +293,9 @@ class Runtime:
                 dispatcher.start_soon(loop_watch.run)
                 dispatcher.start_soon(body)
                 await done.wait()
+            if waits.suspended:
+                status = "waiting"
+                raise await self._waiting(run_id, list(waits.suspended.values()))
             [output] = returned
             try:
                 output_json = dumps_output(output)
@@ -269,6 +306,8 @@ class Runtime:
         except (trio.Cancelled, KeyboardInterrupt):
             status = "cancelled"
             error = "cancelled"
+            raise
+        except RunWaiting:
             raise
         except BaseException as exc:
             error = format_error(exc)
@@ -313,6 +352,78 @@ class Runtime:
             if self.facts is not None:
                 self.facts.add(RunFinished, run_id, status, error, _stats_dict(stats))
 
+    async def _waiting(self, run_id: str, suspended: list[WaitRecord]) -> RunWaiting:
+        """The run's :class:`RunWaiting`: its waits as they are now (one store call)."""
+        try:
+            polled = await self._store.poll_waits(
+                [wait.wait_key for wait in suspended], now=self.wall_clock()
+            )
+            waits = [now or then for now, then in zip(polled, suspended, strict=True)]
+        except Exception as exc:
+            log.warning("run %s: could not read its waits: %s", run_id, exc)
+            waits = suspended
+        waits.sort(key=lambda wait: (wait.deadline, wait.wait_key))
+        open_ = [wait for wait in waits if wait.status == "waiting"]
+        next_deadline = min((wait.deadline for wait in open_), default=None)
+        return RunWaiting(run_id, tuple(waits), next_deadline)
+
+    async def send_event(
+        self,
+        run_id: str,
+        name: str | None = None,
+        key: Any = None,
+        *,
+        data: Any = MISSING,
+        reject: str | None = None,
+        event_id: str | None = None,
+        token: str | None = None,
+    ) -> SendResult:
+        """Send the event ``name`` with ``key`` to run ``run_id``; say what became of it.
+
+        ``data`` is the payload (any JSON value, at most
+        ``Limits.max_event_payload_bytes`` as JSON); ``reject`` a reason
+        instead (the waiting row fails with :class:`EventRejected`).
+        ``token`` addresses one wait by its token instead of ``name`` and
+        ``key``. ``event_id`` makes a resend a no-op (``duplicate``); the
+        same id with another content raises :class:`EventConflict`.
+
+        The result's ``outcome``: ``delivered`` (to the oldest open wait,
+        named by ``wait_key``, ``dataset`` and ``row_key``), ``buffered``
+        (no wait yet: the first to register takes it) or ``duplicate``.
+        Resume the run to let a delivered row go on. Raises
+        :class:`InvalidWait` (bad input, nothing written),
+        :class:`UnknownRun`, :class:`EventRefused` (the run is completed
+        or cancelled).
+        """
+        request = event_request(
+            run_id,
+            name,
+            key,
+            data=data,
+            reject=reject,
+            event_id=event_id,
+            token=token,
+            limits=self.limits,
+        )
+        return await self.send_request(request)
+
+    async def send_request(self, request: SendRequest) -> SendResult:
+        """Send an event already checked (``trioplay._waits.event_request`` made it)."""
+        run_id = request.run_id
+        result = await self._store.send_event(request, now=self.wall_clock())
+        if self.facts is not None:
+            self.facts.add(
+                EventSent,
+                run_id,
+                request.name,
+                request.key_json,
+                result.event_id,
+                result.outcome,
+                result.dataset,
+                result.row_key,
+            )
+        return result
+
 
 @trio.lowlevel.disable_ki_protection
 async def _call_play(play: Play, ctx: PlayContext, input: Any) -> Any:
@@ -328,6 +439,41 @@ async def _call_play(play: Play, ctx: PlayContext, input: Any) -> Any:
         if failure is None:
             raise
         raise failure from exc
+
+
+def send_event(
+    store: Store | str,
+    run_id: str,
+    name: str | None = None,
+    key: Any = None,
+    *,
+    data: Any = MISSING,
+    reject: str | None = None,
+    event_id: str | None = None,
+    token: str | None = None,
+    limits: Limits | None = None,
+) -> SendResult:
+    """Blocking form of :meth:`Runtime.send_event`, for scripts: opens ``store``, sends, closes.
+
+    ``store`` is a :class:`Store` or a URL, as for :func:`open_runtime`. Bad
+    input raises :class:`InvalidWait` before the store is opened.
+    """
+    request = event_request(
+        run_id,
+        name,
+        key,
+        data=data,
+        reject=reject,
+        event_id=event_id,
+        token=token,
+        limits=limits or Limits(),
+    )
+
+    async def main() -> SendResult:
+        async with open_runtime(store=store, limits=limits) as rt:
+            return await rt.send_request(request)
+
+    return trio.run(main)
 
 
 def _stats_dict(stats: DispatchStats) -> dict[str, int]:

@@ -46,6 +46,9 @@ COMMANDS = [
     "timeline",
     "scenario list",
     "scenario run",
+    "send-event",
+    "resume",
+    "cancel",
 ]
 GROUPS = ("runs", "scenario")  # commands that have commands of their own
 COMMON = "Flags of every command"

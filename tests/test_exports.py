@@ -48,6 +48,18 @@ CONTRACT = [
     # Recorded failures taken back (trioplay retry, issue 25).
     "retry_failures",
     "RecordedFailure",
+    # Waiting rows (DESIGN §11, issue 22).
+    "EventWait",
+    "WaitingRow",
+    "RunWaiting",
+    "InvalidWait",
+    "EventWaitTimeout",
+    "EventRejected",
+    "EventConflict",
+    "EventRefused",
+    "UnknownRun",
+    "MapAccountingError",
+    "send_event",
 ]
 
 
@@ -60,8 +72,11 @@ def test_context_methods() -> None:
     for name in ("dataset", "csv", "jsonl", "tool", "step", "fetch", "log"):
         assert callable(getattr(trioplay.PlayContext, name)), name
     assert isinstance(inspect.getattr_static(trioplay.PlayContext, "run_id"), property)
-    for name in ("tool", "fetch", "step", "log"):
+    for name in ("tool", "fetch", "step", "log", "wait_for_event", "event_wait"):
         assert callable(getattr(trioplay.RowContext, name)), name
+    for name in ("wait_for_event", "event_wait"):
+        assert callable(getattr(trioplay.PlayContext, name)), name
+    assert callable(trioplay.Runtime.send_event)
     for name in ("with_column", "run"):
         assert callable(getattr(trioplay.Dataset, name)), name
 
@@ -83,7 +98,7 @@ def test_tool_options_and_fetch_signature() -> None:
     ):
         assert option in fetch, option
     run = inspect.signature(trioplay.Dataset.run).parameters
-    assert list(run)[1:] == ["key", "on_row_error", "page_size"]
+    assert list(run)[1:] == ["key", "on_row_error", "page_size", "on_waiting"]
 
 
 def test_defaults_match_the_design() -> None:

@@ -191,7 +191,7 @@ class _Map:
 def test_the_ledger_counts_plans_and_commits() -> None:
     room = _Map()
     ledger, done = room.ledger, room.done
-    ledger.planned(Plan([], skipped=3, duplicates=1))
+    ledger.planned(Plan([(0, "a", {}), (1, "b", {})], skipped=3, duplicates=1), 0, 5)
     page = _page()
     page.outstanding = 2
     page.all_started()
@@ -213,10 +213,76 @@ def test_the_ledger_counts_plans_and_commits() -> None:
     assert page.failed == 1
 
 
+def test_the_ledger_accounts_for_every_row_read_or_names_the_missing_ones() -> None:
+    room = _Map()
+    ledger = room.ledger
+    rows: list[tuple[int, str, dict[str, Any]]] = [(i, str(i), {}) for i in range(2, 30)]
+    ledger.planned(Plan(rows, skipped=2), 0, 30)
+    page = _page()
+    page.outstanding = 28
+    page.all_started()
+    wait = trioplay.WaitRecord(
+        wait_key="w", run_id="r", dataset="ds", row_key="2", name="approval",
+        key_json='"2"', token="t", deadline=100.0, status="waiting", created_at=0.0,
+    )  # fmt: skip
+    ledger.waiting(2, "2", wait)
+    ledger.committed(
+        [
+            TerminalRow(SheetRow(str(i), i, "completed", "{}"), 1, page, i, None)
+            for i in range(3, 15)
+        ]
+    )
+    with pytest.raises(trioplay.MapAccountingError) as caught:
+        ledger.check(30)
+    # 2 skipped + 1 waiting + 12 committed: 15 of 30, and the first ten missing named.
+    assert caught.value.missing == list(range(15, 25))
+    assert (caught.value.read, caught.value.counted) == (30, 15)
+    assert "15, 16, 17" in str(caught.value)
+    ledger.committed(
+        [TerminalRow(SheetRow(str(i), i, "failed", "{}"), 1, page, i, None) for i in range(15, 30)]
+    )
+    ledger.check(30)  # all there now
+    assert ledger.counts().waiting == 1
+    assert ledger.result.waiting[0].name == "approval"
+    with pytest.raises(trioplay.MapAccountingError):
+        ledger.check(31)  # a row read that no page planned
+
+
+def test_rows_of_a_lost_page_count_as_left_to_its_new_owner() -> None:
+    ledger = _Map().ledger
+    plan = Plan([(i, str(i), {}) for i in range(10)])
+    ledger.planned(plan, 0, 10)
+    page = _page()
+    page.outstanding = 10
+    page.all_started()
+    ledger.committed([TerminalRow(SheetRow("0", 0, "completed", "{}"), 1, page, 0, None)])
+    ledger.page_lost(0, plan)
+    ledger.check(10)
+    assert ledger.handed_off == 9
+
+
+def test_a_lost_page_planned_again_counts_its_skipped_rows_once() -> None:
+    # Rows 0-1 completed in an earlier attempt (skipped); row 2 commits here;
+    # the page is lost, then planned again once its new owner is done with it
+    # (rows 3-9 completed by that owner: skipped now; row 2 ours: not again).
+    ledger = _Map().ledger
+    first = Plan([(i, str(i), {}) for i in range(2, 10)], skipped=2)
+    ledger.planned(first, 0, 10)
+    page = _page()
+    page.outstanding = 8
+    page.all_started()
+    ledger.committed([TerminalRow(SheetRow("2", 2, "completed", "{}"), 1, page, 0, None)])
+    ledger.page_lost(0, first)
+    ledger.planned(Plan([], skipped=9), 0, 10)
+    ledger.check(10)
+    counts = ledger.counts()
+    assert (counts.completed, counts.skipped, ledger.handed_off) == (1, 9, 0)
+
+
 def test_a_foreign_plan_drops_the_retained_rows() -> None:
     ledger = _Map().ledger
     assert ledger.result.retained_rows_complete
-    ledger.planned(Plan([], skipped=1, foreign=True))
+    ledger.planned(Plan([], skipped=1, foreign=True), 0, 1)
     assert not ledger.result.retained_rows_complete
 
 
@@ -229,6 +295,7 @@ async def test_progress_is_reported_only_after_counts_changed(
     page = _page()
     page.outstanding = 1
     page.all_started()
+    ledger.planned(Plan([(0, "a", {})]), 0, 1)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(report.keep_reporting, 1.0, ledger.counts)
         await trio.sleep(2.5)  # two ticks, nothing changed
@@ -245,6 +312,7 @@ async def test_progress_is_reported_only_after_counts_changed(
             "duplicates": 0,
             "unconfirmed": 0,
             "total": 5,
+            "waiting": 0,
         }
     ]
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from trioplay._cleanup import CleanupBudget
 from trioplay._json import canonical_json, dumps, loads
-from trioplay._keys import tool_receipt_key
+from trioplay._keys import tool_receipt_key, wait_key
 from trioplay._map._pages import Page
 from trioplay._map._plan import Plan
 from trioplay._map._writer import TerminalRow, TerminalRowWriter
@@ -54,6 +54,16 @@ def test_receipt_key_is_pinned() -> None:
     spelled = '["tool","finder","play"]{"domain":"acme.example","opts":{"a":"é","b":[1,2.5,null]}}'
     assert key_of(value) == hashlib.sha256(spelled.encode()).hexdigest()
     assert key_of(value) == "a3ea2e13fa905498fd67617a191f88639181f4d8105618450f7dd8df36a16407"
+
+
+def test_wait_key_is_pinned() -> None:
+    # A rerun meets its wait again only while this spelling holds (issue 22).
+    spelled = r'["wait","run-1","leads","acme.example","approval","{\"doc\":1}",0]'
+    key = wait_key("run-1", "leads", "acme.example", "approval", '{"doc":1}', 0)
+    assert key == hashlib.sha256(spelled.encode()).hexdigest()
+    assert key == "5512102b7c8b1a102537b6cb2d8d8a628dcc4a13e2cb1815d86a1aa73c105051"
+    play_level = wait_key("run-1", None, None, "approval", "null", 2)
+    assert play_level == "e69f633f3aa6acdc654155b01599a39309fce90d5d933e7edfd9ca855ac93879"
 
 
 @pytest.fixture(scope="module")

@@ -101,6 +101,15 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
         {"resolver"},
         {"oldest_phase": "resolver", "oldest_provider": "acme"},
     ),
+    # Waiting rows (issue 22): neither one logs a stall line.
+    "event-never-comes": (
+        "completed",
+        {"completed": 10, "failed": 10},
+        {"EventWaitTimeout": 10},
+        set(),
+        {},
+    ),
+    "event-before-waiter": ("completed", {"completed": 30, "failed": 0}, {}, set(), {}),
 }
 
 
@@ -119,9 +128,9 @@ def _run(name: str, seed: int = 0) -> ScenarioResult:
     return run_scenario(scenario, seed=seed)
 
 
-def test_the_twelve_scenarios_of_the_issue_are_built_in() -> None:
+def test_the_scenarios_of_the_issues_are_built_in() -> None:
     assert set(NAMES) == set(STORIES)
-    assert len(NAMES) == len(set(NAMES)) == 12
+    assert len(NAMES) == len(set(NAMES)) == 14  # twelve of issue 12, two of issue 22
 
 
 @pytest.mark.parametrize("name", NAMES)

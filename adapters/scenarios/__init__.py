@@ -18,6 +18,7 @@ from ._stores import (
     STORE_OUTAGE,
     WRITER_BACKPRESSURE,
 )
+from ._waits import EVENT_BEFORE_WAITER, EVENT_NEVER_COMES
 
 if TYPE_CHECKING:
     from trioplay.scenario import Scenario
@@ -35,6 +36,8 @@ BUILT_IN: tuple[Scenario, ...] = (
     CANCEL_MID_PAGE,
     PROVIDER_STARVATION,
     RECEIPT_HELD_ELSEWHERE,
+    EVENT_NEVER_COMES,
+    EVENT_BEFORE_WAITER,
 )
 """Every built-in scenario, in the order ``trioplay scenario list`` shows them."""
 

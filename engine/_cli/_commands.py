@@ -21,7 +21,7 @@ import trio
 
 from trioplay.stores.sqlite import path_problem
 
-from .._errors import PlayAborted
+from .._errors import PlayAborted, RunWaiting
 from .._json import canonical_json
 from .._plugins import open_store
 from .._retry import recorded_failures
@@ -35,6 +35,7 @@ from ._common import (
     EXIT_OK,
     EXIT_PLAY_ABORTED,
     EXIT_USAGE,
+    EXIT_WAITING,
     INPUT_ERRORS,
     UsageError,
     _say,
@@ -57,6 +58,7 @@ from ._progress import OutputFile, RunOutcome, RunReporter, format_summary
 from ._recording import open_recording
 from ._signals import cancel_on_signals
 from ._summary import summary_data
+from ._waiting import event_line, utc, wait_line, waiting_lines, waits_data
 
 if TYPE_CHECKING:
     import argparse
@@ -183,6 +185,7 @@ class _RunSpec:
     trace: str | None = None  # --trace FILE.json
     kept: tuple[Guarded, ...] = ()  # what no output may write over (see _paths)
     json: bool = False  # --json: the summary as one JSON object
+    play_ref: str | None = None  # FILE.py[:PLAY], recorded with the run for `resume RUN`
 
 
 @attrs.frozen
@@ -242,6 +245,7 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
             settings=settings,
             kept=tuple(kept),
             **_run_outputs(args),
+            play_ref=f"{path.resolve()}:{name}" if name else str(path.resolve()),
         )
         return _execute(spec, session)
 
@@ -281,6 +285,9 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     finally:
         reporter.close()
     error = finished.error if finished is not None else None
+    waiting = error if isinstance(error, RunWaiting) else None
+    if waiting is not None:  # not an error: the run waits for events (exit 4)
+        error = None
     usage = isinstance(error, INPUT_ERRORS)
     if error is not None:
         # The summary's error line says what the error line below says, notes
@@ -305,6 +312,8 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
             failures=failures,
             bugs=bugs,
         )
+        if waiting is not None:
+            data["waiting"] = waits_data(waiting, spec.store.url)
         print(json.dumps(data, ensure_ascii=False), file=summary)
     else:
         text = format_summary(
@@ -315,6 +324,8 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
             print(bug_line(bug), file=summary)
         for note in notes:
             print(note, file=summary)
+    if waiting is not None and not spec.json:
+        print("\n".join(waiting_lines(waiting, spec.store.url)), file=summary)
     summary.flush()
     if error is not None:
         session.report_error(error, usage=usage)
@@ -324,6 +335,8 @@ def _execute(spec: _RunSpec, session: _Session) -> int:
     assert finished is not None  # not cancelled, so the body returned
     if error is not None:
         return _failed_code(error, usage=usage)
+    if waiting is not None:
+        return EXIT_WAITING
     if finished.export_error is not None:
         session.report_error(finished.export_error, usage=False)
         _say(
@@ -376,7 +389,7 @@ async def _run_recorded(
     ) as rt:
         error: Exception | None = None
         try:
-            await rt.run(spec.play, spec.input, run_id=spec.run_id)
+            await rt.run(spec.play, spec.input, run_id=spec.run_id, play_ref=spec.play_ref)
         except INPUT_ERRORS as exc:
             if not reporter.maps:
                 raise  # wrong before any row ran: exit 2, no summary
@@ -494,6 +507,8 @@ def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
             if run["probably_dead"]:
                 beat = run["last_heartbeat"]
                 status += f", probably dead: last heartbeat {_timestamp(beat)} ({_ago(beat, now)})"
+            if run.get("next_deadline"):  # a waiting run: until when, at the soonest
+                status += f" (until {utc(run['next_deadline_at'])})"
             row = (run["run_id"], run["play"], status, str(run["attempt"]), updated)
             table.append((*row, f"{run['rows']:,}"))
         print(_format_table(table, right=(3, 5)))
@@ -514,6 +529,11 @@ async def _runs_listed(
             for dataset in await store.list_datasets(record.run_id):
                 rows += sum((await store.count_rows(record.run_id, dataset)).values())
             dead, beat = _liveness(record, leases.get(record.run_id), lease_ttl, now)
+            deadline = None
+            if record.status == "waiting":
+                waits = await store.list_waits(record.run_id)
+                open_ = [wait.deadline for wait in waits if wait.status == "waiting"]
+                deadline = min(open_, default=None)
             listed.append(
                 {
                     "run_id": record.run_id,
@@ -525,6 +545,7 @@ async def _runs_listed(
                     "rows": rows,
                     "probably_dead": dead,
                     "last_heartbeat": None if beat is None else _iso(beat),
+                    **_deadline(deadline),
                 }
             )
     return listed
@@ -558,6 +579,13 @@ def _ago(moment: str, now: float) -> str:
     if hours:
         return f"{hours}h{minutes:02d}m ago"
     return f"{minutes}m{seconds:02d}s ago" if minutes else f"{seconds}s ago"
+
+
+def _deadline(deadline: float | None) -> dict[str, Any]:
+    """A waiting run's next deadline, for ``runs list --json`` (and the table's epoch)."""
+    if deadline is None:
+        return {}
+    return {"next_deadline": _iso(deadline), "next_deadline_at": deadline}
 
 
 def _format_table(table: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> str:
@@ -605,6 +633,8 @@ async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
             name: await store.count_rows(run_id, name) for name in await store.list_datasets(run_id)
         }
         receipts = await store.count_receipts(run_id)
+        waits = await store.list_waits(run_id)
+        unclaimed = await store.list_events(run_id, unclaimed_only=True)
     try:
         stats = json.loads(record.stats_json) if record.stats_json else {}
     except ValueError:
@@ -624,6 +654,32 @@ async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
             for name, counts in datasets.items()
         },
         "receipts": dict(sorted(receipts.items())),
+        "waits": [_wait_data(wait) for wait in waits],
+        "unclaimed_events": [_event_data(event) for event in unclaimed],
+    }
+
+
+def _wait_data(wait: Any) -> dict[str, Any]:
+    return {
+        "name": wait.name,
+        "key": json.loads(wait.key_json),
+        "status": wait.status,
+        "dataset": wait.dataset,
+        "row": wait.row_key,
+        "deadline": _iso(wait.deadline),
+        "settled_at": _iso(wait.settled_at) if wait.settled_at is not None else None,
+        "reason": wait.reason,
+        "wait_key": wait.wait_key,
+    }
+
+
+def _event_data(event: Any) -> dict[str, Any]:
+    return {
+        "name": event.name,
+        "key": json.loads(event.key_json),
+        "event_id": event.event_id,
+        "sent_at": _iso(event.sent_at),
+        "reject": event.reject,
     }
 
 
@@ -647,6 +703,15 @@ def _format_details(details: dict[str, Any]) -> str:
     lines.append("datasets:" if datasets else "datasets: none")
     for name, counts in datasets.items():
         lines.append(f"  {name}: {counts['completed']:,} completed, {counts['failed']:,} failed")
+    waits = details["waits"]
+    if waits:
+        open_ = sum(1 for wait in waits if wait["status"] == "waiting")
+        lines.append(f"waits: {len(waits):,} ({open_:,} open)")
+        lines.extend(wait_line(wait) for wait in waits)
+    unclaimed = details["unclaimed_events"]
+    if unclaimed:
+        lines.append(f"unclaimed events: {len(unclaimed):,}")
+        lines.extend(event_line(event) for event in unclaimed)
     receipts = details["receipts"]
     if receipts:
         shown = ", ".join(f"{count:,} {status}" for status, count in receipts.items())

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import sys
 
-from .._errors import PlayDefinitionError, PlayInputError, RunIdConflict, format_error
+from .._errors import (
+    InvalidWait,
+    PlayDefinitionError,
+    PlayInputError,
+    RunIdConflict,
+    format_error,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -14,6 +20,8 @@ EXIT_USAGE = 2
 """The command cannot run as given: arguments, configuration, play file or input."""
 EXIT_EXPORT_FAILED = 3
 """The run completed, but writing ``--out`` failed: its rows are in the store."""
+EXIT_WAITING = 4
+"""The run is waiting for outside events: send them (``trioplay send-event``), then resume."""
 EXIT_PLAY_ABORTED = 5
 """Play or tool code raised ``SystemExit``, ``KeyboardInterrupt`` or another
 ``BaseException`` (:class:`~trioplay.PlayAborted`): the run failed, whatever code it asked for."""
@@ -32,7 +40,7 @@ class UsageError(Exception):
     """The command cannot start as given: exit code 2, one line of explanation."""
 
 
-INPUT_ERRORS = (PlayInputError, PlayDefinitionError, RunIdConflict)
+INPUT_ERRORS = (PlayInputError, PlayDefinitionError, RunIdConflict, InvalidWait)
 """The library's errors that mean the command was given the wrong play or input: exit code 2."""
 
 

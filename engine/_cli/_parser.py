@@ -27,6 +27,7 @@ from ._common import DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
 from ._config import CONFIG_FILE, parse_limit
 from ._retry import add_retry_command
 from ._scenario import add_scenario_commands
+from ._waits import add_wait_commands
 
 _TOOLS_HELP = """\
 How `trioplay run` finds things in FILE.py:
@@ -244,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_settings(config)
     config.set_defaults(command=_cmd_config)
     add_scenario_commands(commands, common)
+    add_wait_commands(
+        commands,
+        common,
+        add_store=_add_store_option,
+        run_id=check_run_id,
+        add_outputs=_add_output_options,
+        add_recording=_add_recording_options,
+    )
     return parser
 
 

@@ -50,14 +50,15 @@ class MapProgress:
     duplicates: int = 0
     unconfirmed: int = 0  # rows of a write whose outcome is unknown
     columns: tuple[str, ...] = ()  # as map.started said: a header for an empty sheet
+    waiting: int = 0  # rows suspended on an event wait (issue 22)
     at: float = 0.0
     finished: bool = False
     last_line_at: float | None = None
 
     @property
     def done(self) -> int:
-        """Rows accounted for: committed in this attempt, or skipped."""
-        return self.completed + self.failed + self.skipped
+        """Rows accounted for: committed in this attempt, skipped, or waiting."""
+        return self.completed + self.failed + self.skipped + self.waiting
 
     @property
     def elapsed(self) -> float:
@@ -90,6 +91,7 @@ class MapProgress:
         columns = data.get("columns")
         if isinstance(columns, list):
             self.columns = tuple(str(name) for name in columns)
+        self.waiting = int(data.get("waiting", self.waiting))
 
 
 @attrs.define
@@ -289,6 +291,8 @@ def _counts(state: MapProgress) -> str:
     parts = [f"{state.completed:,} ok", f"{state.failed:,} failed"]
     if state.skipped:
         parts.append(f"{state.skipped:,} skipped")
+    if state.waiting:
+        parts.append(f"{state.waiting:,} waiting")
     return ", ".join(parts)
 
 
@@ -381,6 +385,8 @@ def format_summary(
         if state is not None:
             text += f"{state.completed:,} completed, {state.failed:,} failed, "
             text += f"{state.skipped:,} skipped"
+            if state.waiting:
+                text += f", {state.waiting:,} waiting"
             if state.duplicates:
                 keys = "key" if state.duplicates == 1 else "keys"
                 text += f" ({state.duplicates:,} duplicate {keys})"

@@ -10,8 +10,9 @@ JSON. The keys:
   the run did not complete), ``elapsed`` (seconds, ``None`` if unknown);
 - ``datasets``: one object per dataset, in the text's order: ``name``; for a
   dataset this attempt ran, ``completed``, ``failed``, ``skipped``,
-  ``duplicates`` and ``unconfirmed`` (rows of a write whose outcome is
-  unknown); ``sheet``, what its sheet holds over every attempt
+  ``duplicates``, ``unconfirmed`` (rows of a write whose outcome is
+  unknown), and ``waiting`` (rows suspended on an event wait) when there
+  are any; ``sheet``, what its sheet holds over every attempt
   (``completed``, ``failed``), when the command could count it; ``failures``,
   why its failed rows failed: one object per error type, most frequent first,
   with ``type``, ``count`` and the first row's ``example`` message and ``key``
@@ -65,6 +66,8 @@ def summary_data(
                 duplicates=state.duplicates,
                 unconfirmed=state.unconfirmed,
             )
+            if state.waiting:  # as the text: only when rows wait
+                entry["waiting"] = state.waiting
         sheet = sheets.get(name)
         if sheet is not None:
             entry["sheet"] = {

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from ._dataset import Dataset as Dataset
 from ._result import MapResult as MapResult
+from ._result import WaitingRow as WaitingRow
 from ._types import OnRowError as OnRowError
+from ._types import OnWaiting as OnWaiting
 from ._types import Resolver as Resolver
 from ._types import Row as Row

@@ -90,6 +90,15 @@ class RowAdmission:
             raise
         return reserved
 
+    def lend_slot(self) -> None:
+        """A row lingers for an outside event: one more row may run meanwhile."""
+        self._limiter.total_tokens += 1
+
+    def take_back_slot(self) -> None:
+        """The lingering row goes on: the slot it lent is taken back (rows then
+        drain down to the limit as they finish; nothing waits here)."""
+        self._limiter.total_tokens -= 1
+
     def observe(self, size: int) -> None:
         """A row finished at ``size`` bytes (its JSON, its key and some overhead)."""
         self._count += 1

@@ -11,7 +11,7 @@ from ._runner import run_map
 if TYPE_CHECKING:
     from .._run import RunServices
     from ._result import MapResult
-    from ._types import Columns, OnRowError, Resolver
+    from ._types import Columns, OnRowError, OnWaiting, Resolver
 
 
 class Dataset:
@@ -52,6 +52,7 @@ class Dataset:
         key: str | None = None,
         on_row_error: OnRowError = "isolate",
         page_size: int | None = None,
+        on_waiting: OnWaiting = "stop",
     ) -> MapResult:
         """Run every row not yet completed, and return a :class:`MapResult`.
 
@@ -60,11 +61,22 @@ class Dataset:
         on; ``"fail"`` records it, then raises its error. Errors that would
         fail every row (unknown tool, store failure, persistence latch) are
         raised either way.
+
+        A row whose resolver waits for an outside event
+        (``rc.wait_for_event``) and has none yet is *waiting*: not
+        written, counted in ``MapResult.waiting``. With
+        ``on_waiting="stop"`` (the default) a map with waiting rows stops
+        the play once every other row is committed, and the run ends
+        ``waiting`` (resume it once the events are sent); with
+        ``"return"`` the play gets the :class:`MapResult` and goes on (the
+        run still ends ``waiting``).
         """
         if on_row_error not in ("isolate", "fail"):
             raise PlayDefinitionError(
                 f"on_row_error must be 'isolate' or 'fail', got {on_row_error!r}"
             )
+        if on_waiting not in ("stop", "return"):
+            raise PlayDefinitionError(f"on_waiting must be 'stop' or 'return', got {on_waiting!r}")
         size = page_size if page_size is not None else self._services.limits.page_size
         problem = MANY.problem(size)
         if problem is not None:
@@ -77,6 +89,7 @@ class Dataset:
             key=key,
             on_row_error=on_row_error,
             page_size=size,
+            on_waiting=on_waiting,
         )
 
     @property

@@ -1,25 +1,35 @@
 """The commit ledger: a map's counts, changed in this one place.
 
-What a map reports (completed, failed, skipped, duplicates, unconfirmed) is
-counted here and nowhere else: rows skipped as the pages are planned
-(:meth:`CommitLedger.planned`), rows committed as the terminal-row writer
-confirms each batch (:meth:`CommitLedger.committed`, the writer's
+What a map reports (completed, failed, skipped, duplicates, waiting,
+unconfirmed) is counted here and nowhere else: rows skipped as the pages are
+planned (:meth:`CommitLedger.planned`), rows committed as the terminal-row
+writer confirms each batch (:meth:`CommitLedger.committed`, the writer's
 ``on_commit``), rows the store refused to write (:meth:`CommitLedger.refused`,
-the writer's ``on_refused``), rows of a write whose outcome is unknown
+the writer's ``on_refused``), rows suspended on an event wait
+(:meth:`CommitLedger.waiting`), rows of a write whose outcome is unknown
 (:meth:`CommitLedger.unconfirmed_rows`, the writer's ``on_unconfirmed``). A
 row counts as completed or failed only once its batch has committed.
+
+The ledger also knows *which* input positions each count covers (one byte
+per row read), so that at the end of a map it can check that every row
+read is accounted for (:meth:`CommitLedger.check`): completed + failed +
+waiting + skipped (duplicates included) + rows left to another process
+(pages given back or lost) equals the rows read, or the map fails naming
+up to ten positions that went missing.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._errors import MapAccountingError
 from ._report import MapCounts
+from ._result import WaitingRow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .._records import SheetWrite
+    from .._records import SheetWrite, WaitRecord
     from ._plan import Plan
     from ._report import MapReport
     from ._result import MapResult
@@ -34,39 +44,132 @@ class CommitLedger:
     (:meth:`Page.row_committed`) and the report (the next progress tick).
     """
 
-    __slots__ = ("_done", "_report", "result", "unconfirmed")
+    __slots__ = (
+        "_accounted",
+        "_done",
+        "_lost",
+        "_pages",
+        "_report",
+        "handed_off",
+        "result",
+        "unconfirmed",
+    )
 
     def __init__(self, result: MapResult, done: Callable[[str], None], report: MapReport) -> None:
         self.result = result
         self._done = done
         self._report = report
         self.unconfirmed = 0  # rows of a failed write that may have committed
+        self.handed_off = 0  # rows left to another process (pages given back or lost)
+        # Per input position: 1 once a count covers the row (see check()).
+        self._accounted = bytearray()
+        self._pages: dict[int, int] = {}  # page offset -> its rows
+        self._lost: dict[int, Plan] = {}  # pages lost to another process: their plans
 
     def counts(self) -> MapCounts:
         r = self.result
         return MapCounts(
-            r.completed_count, r.failed_count, r.skipped_count, r.duplicate_count, self.unconfirmed
+            r.completed_count,
+            r.failed_count,
+            r.skipped_count,
+            r.duplicate_count,
+            self.unconfirmed,
+            len(r.waiting),
         )
 
     def forget_retained(self) -> None:
         """The sheet holds rows this map will skip: ``rows()`` must read them from it."""
         self.result.forget_retained()
 
-    def planned(self, plan: Plan) -> None:
-        """A page was planned: count the rows it skips."""
+    def planned(self, plan: Plan, offset: int, length: int) -> None:
+        """A page of ``length`` rows from ``offset`` was planned: count the rows it skips.
+
+        A page lost to another process and planned again (``RowPlanner.plan``
+        with ``again``) counts its skipped rows anew: its first plan's are
+        taken back.
+        """
         result = self.result
+        first = self._lost.pop(offset, None)
+        if first is not None:
+            result.skipped_count -= first.skipped
+            result.duplicate_count -= first.duplicates
         result.skipped_count += plan.skipped
         result.duplicate_count += plan.duplicates
         if plan.foreign:
             result.forget_retained()
+        accounted = self._accounted
+        end = offset + length
+        if len(accounted) < end:
+            accounted.extend(bytes(end - len(accounted)))
+        accounted[offset:end] = b"\x01" * length  # skipped, unless it runs:
+        for position, _, _ in plan.rows:
+            accounted[position] = 0
+        self._pages[offset] = length
+
+    def unplanned(self, plan: Plan, offset: int, length: int) -> None:
+        """A planned page was given back before it ran: undo :meth:`planned`."""
+        result = self.result
+        result.skipped_count -= plan.skipped
+        result.duplicate_count -= plan.duplicates
+        self._accounted[offset : offset + length] = bytes(length)
+
+    def handed_over(self, offset: int, length: int) -> None:
+        """A page's rows were run by another process (it was done when claimed again)."""
+        accounted = self._accounted
+        end = offset + length
+        if len(accounted) < end:
+            accounted.extend(bytes(end - len(accounted)))
+        self.handed_off += accounted.count(0, offset, end)
+        accounted[offset:end] = b"\x01" * length
+
+    def page_lost(self, offset: int, plan: Plan) -> None:
+        """A page passed to another process: its rows not committed here are its
+        (unless it is planned again: :meth:`planned`)."""
+        self._lost[offset] = plan
+
+    def waiting(self, position: int, key: str, wait: WaitRecord) -> None:
+        """A row suspended on an event wait: counted, never written."""
+        self.result.waiting.append(
+            WaitingRow(
+                key, position, wait.name, wait.key_json, wait.deadline, wait.wait_key, wait.token
+            )
+        )
+        self._accounted[position] = 1
+        self._report.changed()
+
+    def check(self, read: int) -> None:
+        """Every row read is accounted for, once; else :class:`MapAccountingError`.
+
+        Called when the writer has committed everything, on a map that did
+        not fail. Rows of lost pages that did not commit here are counted as
+        left to the process that took the page over.
+        """
+        accounted = self._accounted
+        for offset in self._lost:
+            self.handed_over(offset, self._pages.get(offset, 0))
+        if len(accounted) < read:
+            accounted.extend(bytes(read - len(accounted)))
+        r = self.result
+        counted = (
+            r.completed_count + r.failed_count + len(r.waiting) + r.skipped_count + self.handed_off
+        )
+        missing: list[int] = []
+        position = accounted.find(0, 0, read)
+        while position != -1 and len(missing) < 10:
+            missing.append(position)
+            position = accounted.find(0, position + 1, read)
+        if counted != read or missing:
+            raise MapAccountingError(self._report.name, read, counted, missing)
 
     def committed(self, batch: list[TerminalRow]) -> None:
         """A batch of terminal rows committed (the writer's ``on_commit``)."""
         result = self.result
         done = self._done
+        accounted = self._accounted
         for item in batch:
             row = item.row
             done(row.key)
+            accounted[row.position] = 1
             if row.status == "completed":
                 result.completed_count += 1
                 result.keep(row.position, row.data_json, item.size, item.data)

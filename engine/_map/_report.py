@@ -34,6 +34,7 @@ from .._trace._records import (
     RowCommitted,
     RowResolverStarted,
     RowTerminal,
+    RowWaiting,
     RowWriterAdmitted,
     WriterBatchCommitted,
     WriterBatchFailed,
@@ -57,6 +58,7 @@ class MapCounts(NamedTuple):
     skipped: int
     duplicates: int
     unconfirmed: int
+    waiting: int = 0  # rows suspended on an event wait: not written, not failed
 
 
 class _Batched(Protocol):
@@ -94,7 +96,8 @@ class MapReport:
 
     def progress(self, counts: MapCounts) -> None:
         if self._facts is not None:
-            self._facts.add(MapProgress, self.name, *counts, self._total, self._run_id)
+            c = counts  # the record's order: total, run and waiting were added later
+            self._facts.add(MapProgress, self.name, *c[:5], self._total, self._run_id, c.waiting)
 
     def changed(self) -> None:
         """The counts changed: the next progress tick reports them."""
@@ -109,9 +112,12 @@ class MapReport:
                 self.progress(counts())
 
     def ended(self, status: str, counts: MapCounts) -> None:
-        """The ``map.finished`` record, of a map that completed or failed."""
+        """The ``map.finished`` record, of a map that completed, failed or has rows waiting."""
         if self._facts is not None:
-            self._facts.add(MapFinished, self.name, status, *counts, self._total, self._run_id)
+            c = counts
+            self._facts.add(
+                MapFinished, self.name, status, *c[:5], self._total, self._run_id, c.waiting
+            )
 
     def stalled(self, report: dict[str, Any]) -> None:
         """A page's stall line (the observer's ``emit`` hook), as a record."""
@@ -153,6 +159,11 @@ class MapReport:
     def row_terminal(self, key: str, status: str) -> None:
         if self.trace is not None:
             self.trace.add(RowTerminal, self.name, key, status)
+
+    def row_waiting(self, key: str, wait_key: str, name: str, deadline: float) -> None:
+        """A row suspended on an event wait: it is neither written nor failed."""
+        if self.trace is not None:
+            self.trace.add(RowWaiting, self.name, key, wait_key, name, deadline)
 
     def row_writer_admitted(self, key: str) -> None:
         if self.trace is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
+
 from .._json import loads
 
 if TYPE_CHECKING:
@@ -16,6 +18,25 @@ log = logging.getLogger("trioplay")
 
 PREVIEW_ROWS = 5
 _READ_PAGE = 1000
+
+
+@attrs.frozen
+class WaitingRow:
+    """A row suspended on an event wait: its key, and the wait it is suspended on.
+
+    ``name`` and ``key_json`` are what a sender names (``trioplay
+    send-event RUN NAME KEY``); ``token`` addresses the same wait alone;
+    ``deadline`` is the wall-clock instant (epoch seconds) after which the
+    row gets its default or :class:`~trioplay.EventWaitTimeout`.
+    """
+
+    row_key: str
+    position: int
+    name: str
+    key_json: str
+    deadline: float
+    wait_key: str
+    token: str
 
 
 class _Retained:
@@ -54,10 +75,12 @@ class MapResult:
     Counts cover this attempt: ``completed_count`` and ``failed_count`` rows
     committed now, ``skipped_count`` rows not run (their key was completed by
     an earlier attempt, or repeated in the input; ``duplicate_count`` is the
-    latter part). ``preview`` holds the first few completed rows. While the
-    completed rows fit ``retained_rows_budget_bytes`` they are also kept in
-    memory (``retained_rows_complete``); :meth:`rows` streams from the
-    durable sheet otherwise, so a large map never needs its result in memory.
+    latter part), ``waiting`` the rows suspended on an event wait (not
+    written: a resume runs them again; see :class:`WaitingRow`).
+    ``preview`` holds the first few completed rows. While the completed rows
+    fit ``retained_rows_budget_bytes`` they are also kept in memory
+    (``retained_rows_complete``); :meth:`rows` streams from the durable
+    sheet otherwise, so a large map never needs its result in memory.
     """
 
     def __init__(
@@ -69,9 +92,15 @@ class MapResult:
         self.failed_count = 0
         self.skipped_count = 0
         self.duplicate_count = 0
+        self.waiting: list[WaitingRow] = []
         self.preview: list[dict[str, Any]] = []
         self._retained = _Retained(retained_budget)
         self._sheet = sheet
+
+    @property
+    def waiting_count(self) -> int:
+        """How many rows are suspended on an event wait (:attr:`waiting` lists them)."""
+        return len(self.waiting)
 
     @property
     def retained_rows_complete(self) -> bool:
@@ -86,13 +115,15 @@ class MapResult:
             "failed_count": self.failed_count,
             "skipped_count": self.skipped_count,
             "duplicate_count": self.duplicate_count,
+            "waiting_count": len(self.waiting),
             "preview": self.preview,
         }
 
     def __repr__(self) -> str:
+        waiting = f", waiting={len(self.waiting)}" if self.waiting else ""
         return (
             f"MapResult(dataset={self.dataset!r}, completed={self.completed_count}, "
-            f"failed={self.failed_count}, skipped={self.skipped_count})"
+            f"failed={self.failed_count}, skipped={self.skipped_count}{waiting})"
         )
 
     async def rows(

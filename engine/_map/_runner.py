@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import types
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
@@ -25,11 +26,13 @@ from .._aborts import aborted
 from .._errors import (
     LeaseLost,
     MapMemoryLimitError,
+    MapSuspended,
     PersistenceLatchTripped,
     PlayAborted,
     PlayDefinitionError,
     PlayInputError,
     RowOutputNotJsonSerializable,
+    RowSuspended,
     RunEnded,
     StoreError,
     format_error,
@@ -40,6 +43,7 @@ from .._phase import enter_row, leave_row
 from .._records import PageLease, SheetRow
 from .._row_context import RowContext
 from .._sources import open_source
+from .._waits import suspension
 from ._admission import RowAdmission
 from ._ledger import CommitLedger
 from ._pages import Page, PageLeases, PageState
@@ -53,7 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
 
     from .._run import RunServices
-    from ._types import Columns, OnRowError
+    from ._types import Columns, OnRowError, OnWaiting
 
 # Errors that no row can isolate: every other row would hit them too.
 _FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputError, RunEnded)
@@ -69,12 +73,16 @@ async def run_map(
     key: str | None,
     on_row_error: OnRowError,
     page_size: int,
+    on_waiting: OnWaiting = "stop",
 ) -> MapResult:
     """Run the rows of ``source`` not yet completed through ``columns``.
 
     The map's life: its source opened, its writer and progress task running
     while :class:`_MapRun` runs the pages, its counts reported at the end
-    (also of a map that failed).
+    (also of a map that failed), and checked: every row read is accounted
+    for. A map with rows waiting on events stops the play once the writer
+    has committed the others (:class:`MapSuspended`), unless ``on_waiting``
+    is ``"return"``.
     """
     services.receipts.raise_if_ended()  # a dataset of a context kept past its run
     limits = services.limits
@@ -125,14 +133,21 @@ async def run_map(
                         report=report,
                         writer=writer,
                     )
-                    await pages.run_pages(opened.rows, opened.reread)
+                    read = await pages.run_pages(opened.rows, opened.reread)
                 nursery.cancel_scope.cancel()
         finally:
             # The last counts, also of a map that failed, and of one whose
             # writer failed.
             report.progress(ledger.counts())
         services.receipts.raise_if_latched(f"dataset {name!r}")
-        status = "completed"
+        ledger.check(read)
+        if result.waiting:
+            status = "waiting"
+            if on_waiting == "stop":
+                waits = tuple(services.waits.suspended[row.wait_key] for row in result.waiting)
+                raise MapSuspended(name, waits)
+        else:
+            status = "completed"
         return result
     finally:
         report.ended(status, ledger.counts())
@@ -171,7 +186,7 @@ class _MapRun:
 
     async def run_pages(
         self, rows: Iterator[Any], reread: Callable[[int, int], list[Any]] | None
-    ) -> None:
+    ) -> int:
         """Lease and run every page; pages held by a live peer are run last, if at all.
 
         A page is read, leased and started only once the page before it has
@@ -210,6 +225,7 @@ class _MapRun:
             self.lost.clear()
             async with open_nursery() as pages:
                 await self._revisit(pages, held, previous, reread, again=True)
+        return position  # the rows read
 
     async def _revisit(
         self,
@@ -254,14 +270,18 @@ class _MapRun:
         if claim == "held":
             return None
         plan = await self.planner.plan(chunk, offset, again=again)
-        self.ledger.planned(plan)
+        self.ledger.planned(plan, offset, len(chunk))
         if claim == "done":
             if not plan.rows:
                 return _DONE
             claim = await self.pages.claim(offset, reopen=True)
             if not isinstance(claim, PageLease):
                 self.planner.give_back(plan)
-                return None if claim == "held" else _DONE
+                self.ledger.unplanned(plan, offset, len(chunk))
+                if claim == "held":
+                    return None  # planned again when its holder lets it go
+                self.ledger.handed_over(offset, len(chunk))  # another process ran it
+                return _DONE
         assert isinstance(claim, PageLease)
         spawned = trio.Event()
         start_soon(pages, self._run_page, plan, claim, spawned, len(chunk))
@@ -311,6 +331,7 @@ class _MapRun:
                 # longer in flight here, and the page is waited for at the end.
                 self.planner.give_back_keys(keys)
                 self.lost.append((offset, length))
+                self.ledger.page_lost(offset, plan)
                 report.page_finished(offset, "lost")
                 return
             report.page_finished(offset, "done")
@@ -358,6 +379,10 @@ class _MapRun:
         report, admission = self.report, self.admission
         try:
             row, failure = await self._resolve(page, position, key, data)
+            if row is None:  # suspended on an event wait: counted, never written
+                assert isinstance(failure, RowSuspended)
+                self._suspended(page, position, key, failure)
+                return
             if report.trace is not None:
                 report.row_terminal(key, row.status)
             terminal_token = page.observer.terminal_queued(key)
@@ -388,9 +413,17 @@ class _MapRun:
             failure.add_note(f"trioplay: dataset {self.name!r}, row {key!r} failed")
             raise failure
 
+    def _suspended(self, page: Page, position: int, key: str, suspended: RowSuspended) -> None:
+        """A row suspended on an event wait: counted as waiting, its page told."""
+        wait = suspended.wait
+        self.ledger.waiting(position, key, wait)
+        if self.report.trace is not None:
+            self.report.row_waiting(key, wait.wait_key, wait.name, wait.deadline)
+        page.row_settled()
+
     async def _resolve(
         self, page: Page, position: int, key: str, data: dict[str, Any]
-    ) -> tuple[SheetRow, Exception | None]:
+    ) -> tuple[SheetRow | None, BaseException | None]:
         attempt = self.services.attempt
         if page.plan.rejected:  # rows whose key field is missing or empty
             error = page.plan.rejection(key)
@@ -400,7 +433,9 @@ class _MapRun:
         observer_token = observer.resolver_started(key)
         if self.report.trace is not None:
             self.report.row_resolver_started(key)
-        rc = RowContext(self.services, self.name, key)
+        rc = RowContext(
+            self.services, self.name, key, _Parking(self.admission, observer, observer_token)
+        )
         # The row's phase, for the governor and fetch that run its calls in this task.
         row_phase = enter_row(observer.row_phase(observer_token))
         column = ""
@@ -436,6 +471,11 @@ class _MapRun:
                 note_counted(exc, "rows", f"trioplay: {_whose(self.name, key, column, resolver)}")
             return _failed_row(position, key, data, exc, attempt), exc
         except BaseException as exc:
+            # A wait with no event yet (RowSuspended, a BaseException so that
+            # no `except Exception` of the resolver swallows it): the row waits.
+            suspended = suspension(exc)
+            if suspended is not None:
+                return None, suspended
             failure = aborted(exc, _whose(self.name, key, column, resolver))
             if failure is None:
                 raise  # a cancellation, or a real Ctrl-C
@@ -450,6 +490,28 @@ def _whose(dataset: str, key: str, column: str, resolver: object) -> str:
     """The row and the resolver a failure belongs to, as a :class:`PlayAborted` names them."""
     name = getattr(resolver, "__qualname__", None) or type(resolver).__name__
     return f"dataset {dataset!r}, row {key!r}, resolver {name} (column {column!r})"
+
+
+class _Parking:
+    """A row lingering for an outside event (``wait_for_event(linger=...)``): while it
+    does, it lends its row slot and is no unresolved resolver for the stall line."""
+
+    __slots__ = ("_admission", "_observer", "_token")
+
+    def __init__(self, admission: RowAdmission, observer: MapStallObserver, token: int) -> None:
+        self._admission = admission
+        self._observer = observer
+        self._token = token
+
+    @contextmanager
+    def parked(self) -> Iterator[None]:
+        phase = self._observer.resolver_parked(self._token)
+        self._admission.lend_slot()
+        try:
+            yield
+        finally:
+            self._admission.take_back_slot()
+            self._observer.resolver_unparked(self._token, phase)
 
 
 def _failed_row(

@@ -128,6 +128,17 @@ class MapStallObserver:
         self._resolvers.pop(token, None)
         self._cancel_if_idle()
 
+    def resolver_parked(self, token: int) -> RowPhase | None:
+        """A resolver lingers for an outside event: not unresolved while it does."""
+        phase = self._resolvers.pop(token, None)
+        self._cancel_if_idle()
+        return phase
+
+    def resolver_unparked(self, token: int, phase: RowPhase | None) -> None:
+        if phase is not None:
+            self._resolvers[token] = phase
+            self._busy.set()
+
     def set_phase(self, token: int, phase: Phase) -> None:
         resolver = self._resolvers.get(token)
         if resolver is not None:

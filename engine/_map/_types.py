@@ -11,4 +11,5 @@ if TYPE_CHECKING:
 Row: TypeAlias = Mapping[str, Any]
 Resolver: TypeAlias = "Callable[[Row, RowContext], Any]"
 OnRowError: TypeAlias = Literal["isolate", "fail"]
+OnWaiting: TypeAlias = Literal["stop", "return"]
 Columns: TypeAlias = "tuple[tuple[str, Resolver], ...]"

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from .._trace._spans import Span
 
-_PHASE_COLOURS = ("#4e79a7", "#e15759", "#f28e2b", "#76b7b2", "#59a14f")
+_PHASE_COLOURS = ("#4e79a7", "#e15759", "#f28e2b", "#76b7b2", "#59a14f", "#bab0ac")
 _PROVIDER_COLOURS = (
     "#6a3d9a",
     "#1b9e77",
@@ -115,12 +115,15 @@ class _Run:
         self.stalls: list[tuple[float, tuple[str, int], str]] = []
         self.lags: list[tuple[float, str]] = []
         self.title = "trioplay timeline"
+        self.waited = False  # did a row wait for an outside event (a phase of its own)
         self.committed = 0
         spans = Spans(self._span)
         for e in events:
             spans.feed(e)
             if isinstance(e, r.RunStarted):
                 self.title = f"trioplay timeline: run {e.run} (play {e.play}, attempt {e.attempt})"
+            elif isinstance(e, r.RowWaiting):
+                self.waited = True
             elif isinstance(e, r.RowCommitted):
                 self.committed += 1
                 bar = min(int((e.at - self.t0) / self.bar), len(self.commits) - 1)
@@ -459,16 +462,19 @@ def render_timeline(events: Iterable[r.Event]) -> str:
     canvas.time_axis(bottom)
     if lanes:
         canvas.stall_lanes(80, lanes, tops[0], bottom)
-    legend = [(p, c) for p, c in zip(PHASES, _PHASE_COLOURS, strict=True)]
+    legend = [
+        (p, c) for p, c in zip(PHASES, _PHASE_COLOURS, strict=True) if p != "waiting" or run.waited
+    ]
     legend.append(("commits", _COMMITS))
+    cut = len(legend)  # the phases and commits on the first line, the providers below
     legend += [(f"provider {n}", c) for n, c in zip(names, colours, strict=True)]
     canvas.legend(
         total_height - 34,
-        legend[:6],
+        legend[:cut],
         [("stall line", _STALL)] + ([("loop lag", _LAG)] if run.lags else []),
     )
-    if legend[6:]:
-        canvas.legend(total_height - 14, legend[6:], [])
+    if legend[cut:]:
+        canvas.legend(total_height - 14, legend[cut:], [])
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{total_height}" '
         f'viewBox="0 0 {_WIDTH} {total_height}">'

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .._store import Store
     from ._result import ScenarioResult
 
-Outcome = Literal["completed", "failed", "cancelled"]
+Outcome = Literal["completed", "failed", "cancelled", "waiting"]
 
 
 def _no_wrap(store: Store) -> Store:

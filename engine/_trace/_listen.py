@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from .._events import RuntimeEvent, deliver
 from ._records import (
+    EventSent,
     LoopLag,
     MapFinished,
     MapProgress,
@@ -54,11 +55,13 @@ def _counts(e: MapProgress | MapFinished) -> dict[str, Any]:
         "duplicates": e.duplicates,
         "unconfirmed": e.unconfirmed,
         "total": e.total,
+        "waiting": e.waiting,
     }
 
 
 def _finished(e: MapFinished) -> dict[str, Any] | None:
-    return _counts(e) if e.status == "completed" else None  # a failed map says so by its run
+    # A failed map says so by its run; one with rows waiting is done for this attempt.
+    return _counts(e) if e.status in ("completed", "waiting") else None
 
 
 def _log(e: PlayLog) -> dict[str, Any]:
@@ -83,6 +86,17 @@ FACTS: dict[type[Event], Fact] = {
         "loop.lag", lambda e: {"lag_ms": int(e.lag_ms), "threshold_ms": int(e.threshold_ms)}
     ),
     PlayLog: Fact("play.log", _log),
+    EventSent: Fact(
+        "event.sent",
+        lambda e: {
+            "name": e.name,
+            "key": e.key,
+            "event_id": e.event,
+            "outcome": e.outcome,
+            "dataset": e.map,
+            "row": e.row,
+        },
+    ),
 }
 """Record type -> the ``RuntimeEvent`` listeners get of it (docs/events.md, "Listeners")."""
 

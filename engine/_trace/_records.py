@@ -56,7 +56,7 @@ class RunStarted(Event):
 class RunFinished(Event):
     TYPE = "run.finished"
     run: str
-    status: str  # completed, failed, cancelled
+    status: str  # completed, failed, cancelled, waiting
     error: str | None
     stats: dict[str, Any] = attrs.field(factory=dict)  # the run's counters
 
@@ -83,13 +83,14 @@ class MapProgress(Event):
     unconfirmed: int
     total: int | None
     run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
+    waiting: int = 0  # rows suspended on an event wait (issue 22)
 
 
 @attrs.frozen
 class MapFinished(Event):
     TYPE = "map.finished"
     map: str
-    status: str  # completed, failed
+    status: str  # completed, failed, waiting
     completed: int
     failed: int
     skipped: int
@@ -97,6 +98,7 @@ class MapFinished(Event):
     unconfirmed: int
     total: int | None = None  # added in 2 without a new version: a default
     run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
+    waiting: int = 0  # rows suspended on an event wait (issue 22)
 
 
 @attrs.frozen
@@ -318,6 +320,48 @@ class PlayLog(Event):
     run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
 
 
+# -- event waits (issue 22) ------------------------------------------------------
+@attrs.frozen
+class WaitRegistered(Event):
+    TYPE = "wait.registered"
+    wait: str  # the wait key
+    map: str | None  # None for the play's own wait
+    row: str | None
+    name: str
+    key: str  # the key, as canonical JSON
+    deadline: float  # wall-clock instant, epoch seconds (written once)
+    status: str  # as registered: waiting, or already delivered, rejected, timed_out, cancelled
+
+
+@attrs.frozen
+class WaitSettled(Event):
+    TYPE = "wait.settled"
+    wait: str
+    status: str  # delivered, rejected, timed_out (default given or not), cancelled
+
+
+@attrs.frozen
+class RowWaiting(Event):
+    TYPE = "row.waiting"
+    map: str
+    row: str
+    wait: str
+    name: str
+    deadline: float
+
+
+@attrs.frozen
+class EventSent(Event):
+    TYPE = "event.sent"
+    run: str
+    name: str
+    key: str
+    event: str  # the event id
+    outcome: str  # delivered, buffered, duplicate
+    map: str | None  # on delivered: the dataset of the row it went to (None: the play's wait)
+    row: str | None
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.TYPE: cls
     for cls in (
@@ -353,6 +397,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MapStall,
         LoopLag,
         PlayLog,
+        WaitRegistered,
+        WaitSettled,
+        RowWaiting,
+        EventSent,
     )
 }
 """Every event class by its ``type``."""

@@ -20,6 +20,8 @@ A row's phases, one after the other while it is in flight:
                           ``fetch.finished``)
 ``writer admission``      from ``row.terminal``
 ``writer commit``         from ``row.writer_admitted`` to ``row.committed``
+``waiting``               from ``row.waiting`` (suspended on an event wait:
+                          never written in this attempt) to the end
 ========================  ===============================================
 
 A fetch's phases are ``headers`` and ``body`` (``fetch.phase``).
@@ -34,7 +36,7 @@ from . import _records as r
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-PHASES = ("resolver", "governor", "fetch", "writer admission", "writer commit")
+PHASES = ("resolver", "governor", "fetch", "writer admission", "writer commit", "waiting")
 """A row's phases, in the order a row goes through them."""
 
 
@@ -133,6 +135,10 @@ class Spans:
             owner = ("row", (e.map, e.row))
             if owner in self._phase:
                 self._enter(owner, "writer commit", at)
+        elif isinstance(e, r.RowWaiting):  # suspended: its own state, to the end
+            owner = ("row", (e.map, e.row))
+            self._enter(owner, "waiting", at)
+            self._live.pop(e.row, None)
         elif isinstance(e, r.RowCommitted):
             owner = ("row", (e.map, e.row))
             self._enter(owner, None, at)

@@ -1,0 +1,531 @@
+"""Event waits: a row (or the play) suspended on an outside event (issue 22).
+
+``rc.wait_for_event(name, key=..., timeout=...)`` registers a wait in the
+store and either returns at once (an event was already there: it was
+buffered, or delivered before this attempt), or raises
+:class:`~trioplay._errors.RowSuspended`, a ``BaseException`` that ends the
+row as *waiting* (the map counts it; nothing is written) or, at play level,
+ends the run as ``waiting``. Resume is a rerun: the row runs again from the
+top, replays its receipts, meets the same wait (its key is derived like a
+receipt key from run, dataset, row, name, key and occurrence) and takes the
+payload the store copied into the wait.
+
+What is decided here, before any store call: the bound (``timeout=`` or
+``deadline=``, one of them, at most ``Limits.max_event_wait``), the name,
+the key (JSON), the linger (at most :data:`MAX_LINGER`). A bad value raises
+:class:`~trioplay.InvalidWait` naming the argument, and nothing is written.
+
+:class:`RunWaits` is a run's: it registers waits in groups (one store call
+for the waits that arrive while the previous call is out: group commit, as
+the receipts' lanes do), polls every lingering wait of the run in one store
+call per ``Limits.event_poll_interval``, and remembers the waits this
+attempt suspended on (the run's ``RunWaiting``).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+import trio
+
+from ._errors import (
+    EventRefused,
+    EventRejected,
+    EventWaitTimeout,
+    InvalidWait,
+    RowSuspended,
+)
+from ._json import canonical_json, loads
+from ._keys import wait_key
+from ._records import SendRequest, WaitRecord, WaitRequest
+from ._trace._records import WaitRegistered, WaitSettled
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
+    from contextlib import AbstractContextManager
+
+    from ._limits import Limits
+    from ._store import WaitStore
+    from ._trace import Recorder
+
+MISSING: Any = object()
+"""The ``default`` of a wait that has none: its timeout raises ``EventWaitTimeout``."""
+
+MAX_LINGER = 300.0
+"""The longest a row may linger in-process for its event (seconds): longer waits suspend."""
+
+_BATCH = 1000  # waits registered in one store call at most
+
+
+def check_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidWait("name", f"must be a non-empty string, got {name!r}")
+    return name
+
+
+def key_json(key: object) -> str:
+    """The canonical JSON of a wait's key; :class:`InvalidWait` if it has none."""
+    try:
+        return canonical_json(key)
+    except (TypeError, ValueError) as exc:
+        problem = f"must be JSON (str, int, float, bool, None, list, dict): {exc}"
+        raise InvalidWait("key", problem) from None
+
+
+def _seconds(field: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidWait(field, f"must be finite seconds, got {value!r}")
+    return float(value)
+
+
+def wait_deadline(timeout: object, deadline: object, *, now: float, limits: Limits) -> float:
+    """The wall-clock deadline a new wait gets from ``timeout=`` or ``deadline=``.
+
+    Exactly one is given; a timeout is above 0 and at most
+    ``limits.max_event_wait``; a deadline (epoch seconds) at most that far
+    from ``now`` (one already past is accepted: the wait times out at once,
+    as it does when a rerun meets a wait whose stored deadline passed).
+    """
+    longest = limits.max_event_wait
+    if timeout is None and deadline is None:
+        raise InvalidWait(
+            "timeout",
+            "is required: every wait is bounded; give timeout= (seconds) or deadline= "
+            f"(epoch seconds), at most Limits.max_event_wait={longest:,.0f} s away",
+        )
+    if timeout is not None and deadline is not None:
+        raise InvalidWait("deadline", "give timeout= or deadline=, not both")
+    if timeout is not None:
+        seconds = _seconds("timeout", timeout)
+        if seconds <= 0:
+            raise InvalidWait("timeout", f"must be above 0 seconds, got {timeout!r}")
+        if seconds > longest:
+            problem = f"must be at most Limits.max_event_wait={longest:,.0f} s, got {timeout!r}"
+            raise InvalidWait("timeout", problem)
+        return now + seconds
+    instant = _seconds("deadline", deadline)
+    if instant - now > longest:
+        raise InvalidWait(
+            "deadline",
+            f"is {instant - now:,.0f} s away, more than Limits.max_event_wait={longest:,.0f} s",
+        )
+    return instant
+
+
+def check_linger(linger: object) -> float | None:
+    if linger is None:
+        return None
+    seconds = _seconds("linger", linger)
+    if not 0 < seconds <= MAX_LINGER:
+        problem = f"must be above 0 and at most {MAX_LINGER:.0f} s, got {linger!r}"
+        raise InvalidWait("linger", problem)
+    return seconds
+
+
+class Parking(Protocol):
+    """How a map row lingers: ``with parking.parked():`` it lends its row slot and
+    is no unresolved resolver for the stall line (the map runner makes one per row)."""
+
+    def parked(self) -> AbstractContextManager[None]: ...
+
+
+class Occurrences:
+    """How many waits on each ``(name, key)`` a row (or the play) made so far in this attempt."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], int] = {}
+
+    def next(self, name: str, key: str) -> int:
+        seen = self._seen.get((name, key), 0)
+        self._seen[(name, key)] = seen + 1
+        return seen
+
+
+@attrs.define(eq=False)
+class _Pending:
+    """A wait handed to the registrar, and what became of it."""
+
+    request: WaitRequest
+    done: trio.Event = attrs.field(factory=trio.Event)
+    record: WaitRecord | None = None
+    error: Exception | None = None
+
+
+@attrs.define(eq=False)
+class _Lingering:
+    record: WaitRecord
+    settled: trio.Event = attrs.field(factory=trio.Event)
+
+
+class RunWaits:
+    """The event waits of one run attempt (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: WaitStore,
+        run_id: str,
+        limits: Limits,
+        wall_clock: Callable[[], float],
+        spawn: Callable[..., None],
+        trace: Recorder | None,
+    ) -> None:
+        self._store = store
+        self.run_id = run_id
+        self._limits = limits
+        self._now = wall_clock
+        self._spawn = spawn
+        self._trace = trace
+        self._send: trio.MemorySendChannel[_Pending] | None = None
+        self._lingering: dict[str, _Lingering] = {}
+        self._poller = False
+        self.suspended: dict[str, WaitRecord] = {}
+        """The waits this attempt suspended on, by wait key (the run ends ``waiting``)."""
+        self.play_occurrences = Occurrences()
+        """The occurrences of the play's own waits (``ctx.wait_for_event``)."""
+
+    # -- registering -------------------------------------------------------------
+    def request(
+        self,
+        *,
+        dataset: str | None,
+        row_key: str | None,
+        occurrences: Occurrences,
+        name: object,
+        key: object,
+        timeout: object,
+        deadline: object,
+    ) -> WaitRequest:
+        """The wait to register, every argument checked (nothing is written on a bad one)."""
+        checked = check_name(name)
+        key_text = key_json(key)
+        at = wait_deadline(timeout, deadline, now=self._now(), limits=self._limits)
+        occurrence = occurrences.next(checked, key_text)
+        return WaitRequest(
+            wait_key=wait_key(self.run_id, dataset, row_key, checked, key_text, occurrence),
+            run_id=self.run_id,
+            dataset=dataset,
+            row_key=row_key,
+            name=checked,
+            key_json=key_text,
+            deadline=at,
+            token=secrets.token_urlsafe(24),
+        )
+
+    async def register(self, request: WaitRequest) -> WaitRecord:
+        """Register ``request`` (or find it registered), with the others of its group."""
+        send = self._send
+        if send is None:
+            send, receive = trio.open_memory_channel[_Pending](math.inf)
+            self._send = send
+            self._spawn(self._registrar, receive)
+        pending = _Pending(request)
+        send.send_nowait(pending)
+        await pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        assert pending.record is not None
+        record = pending.record
+        if self._trace is not None:
+            self._trace.add(
+                WaitRegistered,
+                record.wait_key,
+                record.dataset,
+                record.row_key,
+                record.name,
+                record.key_json,
+                record.deadline,
+                record.status,
+            )
+        return record
+
+    async def _registrar(self, receive: trio.MemoryReceiveChannel[_Pending]) -> None:
+        """Register the waits sent meanwhile in one store call, one group after another."""
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                while len(batch) < _BATCH:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                try:
+                    records = await self._store.register_waits(
+                        [pending.request for pending in batch], now=self._now()
+                    )
+                except Exception as exc:
+                    for pending in batch:
+                        pending.error = exc
+                        pending.done.set()
+                    continue
+                for pending, record in zip(batch, records, strict=True):
+                    pending.record = record
+                    pending.done.set()
+
+    # -- settling ----------------------------------------------------------------
+    async def outcome(
+        self,
+        record: WaitRecord,
+        *,
+        default: Any,
+        linger: float | None,
+        parking: Parking | None = None,
+    ) -> Any:
+        """The wait's value: its payload, its default, or its error; else suspend.
+
+        A waiting wait lingers first (``linger`` seconds, within its
+        deadline), then raises :class:`RowSuspended`.
+        """
+        if record.status == "waiting" and linger is not None:
+            if parking is None:
+                record = await self._linger(record, linger)
+            else:
+                with parking.parked():
+                    record = await self._linger(record, linger)
+        if record.status == "waiting":
+            self.suspended[record.wait_key] = record
+            raise RowSuspended(record)
+        if self._trace is not None:
+            self._trace.add(WaitSettled, record.wait_key, record.status)
+        return settled_value(record, default, self.run_id)
+
+    async def _linger(self, record: WaitRecord, seconds: float) -> WaitRecord:
+        """Wait in-process up to ``seconds`` for the wait to settle.
+
+        A linger that reaches past the deadline lasts until the poll after
+        it, which times the wait out: the row then gets its default (or
+        ``EventWaitTimeout``) in this attempt instead of suspending.
+        """
+        left = record.deadline - self._now()
+        if seconds >= left:
+            seconds = max(0.0, left) + 2 * self._limits.event_poll_interval
+        lingering = _Lingering(record)
+        self._lingering[record.wait_key] = lingering
+        if not self._poller:
+            self._poller = True
+            self._spawn(self._poll)
+        try:
+            with trio.move_on_after(seconds):
+                await lingering.settled.wait()
+        finally:
+            del self._lingering[record.wait_key]
+        return lingering.record
+
+    async def _poll(self) -> None:
+        """Poll every lingering wait of the run in one store call per interval."""
+        interval = self._limits.event_poll_interval
+        try:
+            while self._lingering:
+                await trio.sleep(interval)
+                keys = list(self._lingering)
+                if not keys:
+                    break
+                try:
+                    records = await self._store.poll_waits(keys, now=self._now())
+                except Exception:
+                    continue  # a store hiccup: the next interval asks again
+                for key, record in zip(keys, records, strict=True):
+                    lingering = self._lingering.get(key)
+                    if lingering is not None and record is not None and record.status != "waiting":
+                        lingering.record = record
+                        lingering.settled.set()
+        finally:
+            self._poller = False
+
+
+def settled_value(record: WaitRecord, default: Any, run_id: str) -> Any:
+    """What a settled wait gives its row: the payload, the default, or an error."""
+    status = record.status
+    if status == "delivered":
+        assert record.payload_json is not None
+        return loads(record.payload_json)
+    if status == "rejected":
+        raise EventRejected(record.name, record.key_json, record.reason or "")
+    if status == "timed_out":
+        if default is not MISSING:
+            return default
+        raise EventWaitTimeout(record.name, record.key_json, record.deadline)
+    raise EventRefused(run_id, "cancelled")
+
+
+class EventWait:
+    """A registered wait: its ``token`` (for a webhook URL) before it is awaited.
+
+    ``await handle`` (or ``await handle.result()``) gives what
+    ``wait_for_event`` would: the payload, the default, an error, or the
+    row's suspension. ``token``, ``deadline`` (epoch seconds) and
+    ``wait_key`` are the stored ones: the same on every rerun.
+    """
+
+    __slots__ = ("_default", "_linger", "_parking", "_record", "_waits")
+
+    def __init__(
+        self,
+        waits: RunWaits,
+        record: WaitRecord,
+        default: Any,
+        linger: float | None,
+        parking: Parking | None = None,
+    ) -> None:
+        self._waits = waits
+        self._record = record
+        self._default = default
+        self._linger = linger
+        self._parking = parking
+
+    @property
+    def token(self) -> str:
+        """The wait's opaque token: ``send-event RUN --token TOKEN`` addresses this wait."""
+        return self._record.token
+
+    @property
+    def deadline(self) -> float:
+        return self._record.deadline
+
+    @property
+    def wait_key(self) -> str:
+        return self._record.wait_key
+
+    @property
+    def name(self) -> str:
+        return self._record.name
+
+    @property
+    def status(self) -> str:
+        """The status as registered: ``waiting``, or how it was settled already."""
+        return self._record.status
+
+    async def result(self) -> Any:
+        return await self._waits.outcome(
+            self._record, default=self._default, linger=self._linger, parking=self._parking
+        )
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.result().__await__()
+
+    def __repr__(self) -> str:
+        return f"EventWait(name={self.name!r}, status={self.status!r}, deadline={self.deadline})"
+
+
+async def open_wait(
+    waits: RunWaits,
+    *,
+    dataset: str | None,
+    row_key: str | None,
+    occurrences: Occurrences,
+    parking: Parking | None,
+    name: object,
+    key: object,
+    timeout: object,
+    deadline: object,
+    default: Any,
+    linger: object,
+) -> EventWait:
+    """Check, register and hand back one wait (both contexts' ``event_wait``)."""
+    lingers = check_linger(linger)
+    request = waits.request(
+        dataset=dataset,
+        row_key=row_key,
+        occurrences=occurrences,
+        name=name,
+        key=key,
+        timeout=timeout,
+        deadline=deadline,
+    )
+    record = await waits.register(request)
+    return EventWait(waits, record, default, lingers, parking)
+
+
+def event_request(
+    run_id: object,
+    name: object,
+    key: object,
+    *,
+    data: Any,
+    reject: object,
+    event_id: object,
+    token: object,
+    limits: Limits,
+) -> SendRequest:
+    """The event to send, every argument checked (:class:`InvalidWait` names the bad one).
+
+    ``data`` is any JSON value (``MISSING`` with ``reject``), at most
+    ``limits.max_event_payload_bytes`` as JSON; ``token`` replaces ``name``
+    and ``key``; ``event_id`` defaults to a fresh random id.
+    """
+    if not isinstance(run_id, str) or not run_id:
+        raise InvalidWait("run_id", f"must be a non-empty string, got {run_id!r}")
+    if token is not None:
+        if not isinstance(token, str) or not token:
+            raise InvalidWait("token", f"must be a non-empty string, got {token!r}")
+        if name is not None or key is not None:
+            raise InvalidWait("token", "addresses one wait: give it instead of name and key")
+        name_text, key_text = "", ""
+    else:
+        name_text = check_name(name)
+        key_text = key_json(key)
+    if reject is not None:
+        if not isinstance(reject, str) or not reject:
+            raise InvalidWait("reject", f"must be a non-empty reason, got {reject!r}")
+        if data is not MISSING:
+            raise InvalidWait("reject", "an event carries data or a reject reason, not both")
+        payload: str | None = None
+    else:
+        if data is MISSING:
+            raise InvalidWait("data", "an event needs data (any JSON value) or a reject reason")
+        try:
+            payload = canonical_json(data)
+        except (TypeError, ValueError) as exc:
+            raise InvalidWait("data", f"must be JSON: {exc}") from None
+        size = len(payload.encode())
+        if size > limits.max_event_payload_bytes:
+            raise InvalidWait(
+                "data",
+                f"is {size:,} bytes as JSON, more than "
+                f"Limits.max_event_payload_bytes={limits.max_event_payload_bytes:,}",
+            )
+    if event_id is None:
+        event_id = secrets.token_hex(16)
+    elif not isinstance(event_id, str) or not event_id:
+        raise InvalidWait("event_id", f"must be a non-empty string, got {event_id!r}")
+    return SendRequest(
+        run_id=run_id,
+        name=name_text,
+        key_json=key_text,
+        payload_json=payload,
+        event_id=event_id,
+        reject=reject,
+        token=token,
+    )
+
+
+def suspension(error: BaseException) -> RowSuspended | None:
+    """The suspension ``error`` stands for: itself, or a group of suspensions only."""
+    if isinstance(error, RowSuspended):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        match, rest = error.split(RowSuspended)
+        if match is not None and rest is None:
+            leaf: BaseException = match
+            while isinstance(leaf, BaseExceptionGroup):
+                leaf = leaf.exceptions[0]
+            assert isinstance(leaf, RowSuspended)
+            return leaf
+    return None
+
+
+__all__ = [
+    "MAX_LINGER",
+    "MISSING",
+    "EventWait",
+    "Occurrences",
+    "RunWaits",
+    "event_request",
+    "open_wait",
+    "suspension",
+]
