@@ -19,6 +19,7 @@ from ._aborts import aborted
 from ._budget import ByteBudget
 from ._children import DepthAdmission, find_play
 from ._cleanup import CleanupBudget
+from ._collector import tuned_for_run
 from ._context import PlayContext
 from ._errors import (
     PlayDefinitionError,
@@ -201,8 +202,12 @@ class Runtime:
         protected from it (it arrives at a checkpoint, never between
         beginning the attempt and the ``try`` that records its end); the
         play's code is not.
+
+        While it runs, the garbage collector is tuned for it
+        (:func:`~trioplay._collector.tuned_for_run`).
         """
-        return await self._run(play, input, run_id, None, play_ref)
+        with tuned_for_run():
+            return await self._run(play, input, run_id, None, play_ref)
 
     @trio.lowlevel.enable_ki_protection
     async def _run(

@@ -12,6 +12,7 @@ code is a :class:`PlayAborted` (``_aborts``).
 from __future__ import annotations
 
 import inspect
+import types
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +92,7 @@ class RowResolver:
         try:
             for column, resolver in self._columns:
                 value = resolver(data, rc)
-                if inspect.isawaitable(value):
+                if type(value) is types.CoroutineType or inspect.isawaitable(value):
                     value = await value
                 data[column] = value
             try:
