@@ -575,7 +575,12 @@ def test_ctrl_c_exits_130_and_records_the_run(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the play never started"
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # else leaving the block waits for it for ever
+            _, err = proc.communicate()
+            pytest.fail(f"the run did not stop within 30 s of SIGINT; its stderr:\n{err}")
     assert proc.returncode == 130, err
     assert "interrupted: run h stopped; the same command resumes it" in err
     listing = subprocess.run(
