@@ -22,6 +22,7 @@ import faulthandler
 import functools
 import inspect
 import os
+import signal
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -67,6 +68,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # The guard writes to the terminal's stderr, not to the test's captured one.
     global _guard_stderr
     _guard_stderr = os.dup(2)
+    # A suite started as a shell's background job (`make test &`) starts with
+    # SIGINT ignored, and every process a test starts inherits that: the
+    # command line then rightly ignores the Ctrl-C the test sends it (as it
+    # does in a background job, docs/cli.md) and the test waits in vain. The
+    # tests are about a terminal's Ctrl-C: the processes they start get
+    # Python's own handling of it.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
