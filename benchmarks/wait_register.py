@@ -8,7 +8,9 @@ wait), on each store: memory, SQLite and PostgreSQL (when the server of
 ``TRIOPLAY_TEST_POSTGRES`` answers). It reports the store calls made and the
 time each phase took. The point is the count: suspending 10,000 rows costs
 one store call per page of rows, not one per row. ``tests/test_wait_register.py``
-checks the counts on a short form.
+checks the counts on a short form. Last, the engine side (:func:`measure_map`):
+a map of WAITS rows that all suspend, and the store calls that registered
+them (the engine groups the rows that suspend together).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from typing import Any
 import psycopg
 import trio
 
+import trioplay
 from trioplay import Store, WaitRequest
 from trioplay.stores import open_store
+from trioplay.stores.memory import MemoryStore
 
 from .wait_race import DSN
 
@@ -112,7 +116,13 @@ def run(waits: int = DEFAULT_WAITS, *, quiet: bool = False) -> dict[str, Any]:
             if "postgres" in urls:
                 with psycopg.connect(DSN, autocommit=True) as conn:
                     conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    report["map"] = trio.run(measure_map, waits)
     if not quiet:
+        engine = report["map"]
+        print(
+            f"wait_register map: {engine['suspended']:,} of {waits:,} rows suspended, "
+            f"registered in {engine['register_calls']} store calls ({engine['seconds']}s)"
+        )
         for kind in ("memory", "sqlite", "postgres"):
             if kind in report:
                 line = ", ".join(
@@ -121,3 +131,41 @@ def run(waits: int = DEFAULT_WAITS, *, quiet: bool = False) -> dict[str, Any]:
                 )
                 print(f"wait_register {kind}: {waits:,} waits, pages of {PAGE:,}: {line}")
     return report
+
+
+class _CountingMemory(MemoryStore):
+    """The memory store, counting ``register_waits`` calls (the engine's group registration)."""
+
+    registrations = 0
+
+    async def register_waits(self, requests: Any, *, now: float) -> Any:
+        self.registrations += 1
+        return await super().register_waits(requests, now=now)
+
+
+async def measure_map(rows: int) -> dict[str, Any]:
+    """A map of ``rows`` rows that all suspend on a wait: the store calls that registered them."""
+    store = _CountingMemory()
+
+    async def approve(row: Any, rc: trioplay.RowContext) -> Any:
+        return await rc.wait_for_event("approval", key=row["id"], timeout=3600)
+
+    @trioplay.play("suspend")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        data = [{"id": f"r{i}"} for i in range(rows)]
+        sheet = ctx.dataset("leads", data).with_column("approved", approve)
+        result = await sheet.run(key="id", on_waiting="return")
+        return len(result.waiting)
+
+    started = time.perf_counter()
+    async with trioplay.open_runtime(store=store) as rt:
+        try:
+            await rt.run(play, {}, run_id="suspend")
+        except trioplay.RunWaiting as waiting:
+            suspended = len(waiting.waits)
+    return {
+        "rows": rows,
+        "suspended": suspended,
+        "register_calls": store.registrations,
+        "seconds": round(time.perf_counter() - started, 3),
+    }

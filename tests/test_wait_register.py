@@ -52,3 +52,13 @@ async def test_waits_register_and_poll_a_page_per_call(kind: str, tmp_path: Path
         "poll": 1,
         "rerun": WAITS // wait_register.PAGE,
     }
+
+
+async def test_a_map_whose_rows_all_suspend_registers_them_in_groups() -> None:
+    # The engine side: 2,000 rows of a map each waiting for an event are
+    # registered together (a call per group of rows suspending at once), not
+    # one call per row. Measured: 8 calls; the bound leaves room for a
+    # loaded machine splitting the groups further.
+    found = await wait_register.measure_map(WAITS)
+    assert found["suspended"] == WAITS
+    assert 1 <= found["register_calls"] <= WAITS // 50
