@@ -1,4 +1,4 @@
-"""Running a map: pages, the resolver chain, the hand-off to the writer.
+"""Running a map: pages, their rows (each resolved by `_resolve`), the hand-off to the writer.
 
 ``run_map`` reads source rows lazily in pages of ``page_size``. Each page
 runs in its own nursery with its stall observer and its clone of the
