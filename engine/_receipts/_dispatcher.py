@@ -51,8 +51,9 @@ holds every task it starts (the settler, the heartbeat, lanes, claims, the
 poller of waits, native batch requests); its block is where the run's play
 runs. A call made after the block is left raises :class:`RunEnded`.
 
-The collaborators get the run's :class:`DispatchSetup` and the bound methods
-they need once, here, and never the dispatcher: the dependencies run
+The collaborators get the run's :class:`DispatchSetup` and the collaborators
+(or bound methods) they need, here, and never the dispatcher: the
+claimer takes the executor and the leases whole. The dependencies run
 ``_setup, _call <- _lane, _settler, _leases <- _execute <- _claims <-
 _dispatcher``.
 """
@@ -104,10 +105,8 @@ class Dispatcher:
             spawn=spawn,
             stats=self.stats,
             deliver=inflight.deliver,
-            admit=executor.admit,
-            execute=executor.execute,
-            watch=leases.watch,
-            release_shielded=leases.release_shielded,
+            executor=executor,
+            leases=leases,
         )
         self._tools = setup.tools
         self._governor = setup.governor
