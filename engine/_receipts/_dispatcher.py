@@ -150,13 +150,16 @@ class Dispatcher:
         input: Any,
         *,
         scope: str,
-        force: bool = False,
-        stale_after: float | None = None,
-        timeout: float | None = None,
-        receipt_wait: float | None = None,
-        key: str | None = None,
+        force: bool,
+        stale_after: float | None,
+        timeout: float | None,
+        receipt_wait: float | None,
+        key: str | None,
     ) -> Awaitable[Any]:
         """Make a tool call and return the awaitable of its outcome; await it at once.
+
+        The options are those of :meth:`DurableEffects.tool`, its one caller,
+        which holds their defaults.
 
         A plain function: its part that does not wait runs now, and the
         caller awaits the owner's (or the followed call's) coroutine itself,
