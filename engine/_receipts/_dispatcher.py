@@ -115,8 +115,7 @@ class Dispatcher:
         """``start_soon(fn, *args)``: a task in the run's nursery (the run's play runs there)."""
         self._inflight = inflight.calls
         self._follow = inflight.follow
-        self._claim = claimer.claim
-        self._flush = claimer.flush
+        self._claimer = claimer
         self._run_owned = executor.run_owned
         self._lanes: dict[str, _Lane] = {}
         self._effects: _EffectLane | None = None
@@ -202,7 +201,7 @@ class Dispatcher:
         )
         lane = self._lanes.get(tool_id)
         if lane is None:
-            lane = self._lanes[tool_id] = _Lane(self._flush, self._claim, spec, self._limits)
+            lane = self._lanes[tool_id] = _Lane(self._claimer, spec, self._limits)
             self._spawn(lane.run)
         return self._submit(call, lane, tool_id, provider)
 
@@ -245,7 +244,7 @@ class Dispatcher:
         )
         effects = self._effects
         if effects is None:
-            effects = self._effects = _EffectLane(self._claim, self._limits)
+            effects = self._effects = _EffectLane(self._claimer, self._limits)
             self._spawn(effects.run)
         provider = "fetch" if fetch else None
         return self._submit(call, effects, "fetch", provider)
