@@ -409,3 +409,29 @@ async def test_an_event_sent_to_a_lingering_child_while_the_root_runs_needs_no_r
         assert 5 <= trio.current_time() < 30
         assert await _status(store, child) == ("completed", 1)
         assert await _status(store, "q") == ("completed", 1)
+
+
+def test_cancelling_a_root_cancels_its_waiting_child_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    play = tmp_path / "family.py"
+    play.write_text(FAMILY_PLAY)
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    child = _child("root", "a2", {"account": "a2", "auto": False})
+    code, out, err = run_cli(
+        capsys, "run", f"{play}:accounts", "--store", store, "--run-id", "root"
+    )
+    assert code == 4, out + err
+    code, out, err = run_cli(capsys, "cancel", "root", "--store", store)
+    assert code == 0, err
+    assert out == (
+        f"cancelled: run root and its waiting child plays {child}; 1 open wait cancelled, "
+        "later events are refused\n"
+    )
+    code, out, err = run_cli(capsys, "runs", "show", "root", "--store", store)
+    assert f"    {child} (approve, cancelled)" in out
+    code, _, err = run_cli(
+        capsys, "send-event", child, "approval", '"a2"', "--data", "1", "--store", store
+    )
+    assert code == 2
+    assert "is cancelled" in err
