@@ -158,17 +158,25 @@ async def test_a_play_level_child_wait_makes_the_root_wait_then_a_resume_complet
         assert (receipt.operation, receipt.result_json) == ("play", None)
         assert receipt.status != "completed"  # no success receipt while the child waits
 
+        # A resume before the event: both wait again, the same wait (one, same deadline).
+        with pytest.raises(trioplay.RunWaiting) as again:
+            await rt.run(paper, 7, run_id="p")
+        assert [(w.wait_key, w.deadline) for w in again.value.waits] == [
+            (wait.wait_key, wait.deadline)
+        ]
+        assert await _status(store, child) == ("waiting", 2)
+
         sent = await rt.send_event(child, "signed", 7, data="yes")
         assert (sent.outcome, sent.dataset, sent.row_key) == ("delivered", None, None)
         assert await rt.run(paper, 7, run_id="p") == {"got": "yes"}
-        assert await _status(store, child) == ("completed", 2)  # the same child run, resumed
-        assert await _status(store, "p") == ("completed", 2)
+        assert await _status(store, child) == ("completed", 3)  # the same child run, resumed
+        assert await _status(store, "p") == ("completed", 3)
         [receipt] = await store.get_many([key])
         assert receipt is not None
         assert (receipt.status, receipt.result_json) == ("completed", '"yes"')
         # Rerun: the parent replays the child's output without opening it.
         assert await rt.run(paper, 7, run_id="p") == {"got": "yes"}
-        assert await _status(store, child) == ("completed", 2)
+        assert await _status(store, child) == ("completed", 3)
 
 
 @trioplay.play("approve")
