@@ -256,15 +256,18 @@ def test_rows_of_a_lost_page_count_as_left_to_its_new_owner() -> None:
     page.outstanding = 10
     page.all_started()
     ledger.committed([TerminalRow(SheetRow("0", 0, "completed", "{}"), 1, page, 0, None)])
-    ledger.page_lost(0, plan)
+    left = ledger.page_lost(0, plan, [(i, str(i)) for i in range(10)])
+    assert left == [str(i) for i in range(1, 10)]  # what the page.lost event names
+    assert ledger.counts()[-2:] == (9, 1)  # 9 rows of 1 page, already while it is lost
     ledger.check(10)
     assert ledger.handed_off == 9
+    assert ledger.counts()[-2:] == (9, 1)
 
 
 def test_a_lost_page_planned_again_counts_its_skipped_rows_once() -> None:
     # Rows 0-1 completed in an earlier attempt (skipped); row 2 commits here;
     # the page is lost, then planned again once its new owner is done with it
-    # (rows 3-9 completed by that owner: skipped now; row 2 ours: not again).
+    # (rows 3-9 completed by that owner: handed over; row 2 ours: not again).
     ledger = _Map().ledger
     first = Plan([(i, str(i), {}) for i in range(2, 10)], skipped=2)
     ledger.planned(first, 0, 10)
@@ -272,11 +275,13 @@ def test_a_lost_page_planned_again_counts_its_skipped_rows_once() -> None:
     page.outstanding = 8
     page.all_started()
     ledger.committed([TerminalRow(SheetRow("2", 2, "completed", "{}"), 1, page, 0, None)])
-    ledger.page_lost(0, first)
-    ledger.planned(Plan([], skipped=9), 0, 10)
+    ledger.page_lost(0, first, [(i, str(i)) for i in range(2, 10)])
+    assert ledger.left_to_peer(0) == frozenset(range(3, 10))
+    ledger.planned(Plan([], skipped=2, handed_over=7), 0, 10)
     ledger.check(10)
     counts = ledger.counts()
-    assert (counts.completed, counts.skipped, ledger.handed_off) == (1, 9, 0)
+    assert (counts.completed, counts.skipped, ledger.handed_off) == (1, 2, 7)
+    assert (counts.handed_over, counts.pages_handed_over) == (7, 1)
 
 
 def test_a_foreign_plan_drops_the_retained_rows() -> None:
@@ -313,6 +318,8 @@ async def test_progress_is_reported_only_after_counts_changed(
             "unconfirmed": 0,
             "total": 5,
             "waiting": 0,
+            "handed_over": 0,
+            "pages_handed_over": 0,
         }
     ]
 
