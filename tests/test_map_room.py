@@ -20,7 +20,7 @@ from trioplay._cleanup import CleanupBudget
 from trioplay._map._admission import RowAdmission
 from trioplay._map._ledger import CommitLedger
 from trioplay._map._pages import Page, PageState
-from trioplay._map._plan import Plan
+from trioplay._map._plan import Plan, RowPlanner
 from trioplay._map._report import MapCounts, MapReport
 from trioplay._map._result import MapResult
 from trioplay._map._writer import TerminalRow, TerminalRowWriter, open_terminal_writer
@@ -282,6 +282,26 @@ def test_a_lost_page_planned_again_counts_its_skipped_rows_once() -> None:
     counts = ledger.counts()
     assert (counts.completed, counts.skipped, ledger.handed_off) == (1, 2, 7)
     assert (counts.handed_over, counts.pages_handed_over) == (7, 1)
+
+
+async def test_a_lost_page_planned_again_hands_over_the_rows_its_new_owner_ran() -> None:
+    # Attempt 2 left rows 1-4 to a peer when it lost the page. Row 0 was an
+    # earlier attempt's (skipped, as before); rows 1 and 2 the peer ran, one
+    # as attempt 2, one as another attempt (handed over); row 3 the peer failed
+    # in another attempt and row 4 it never wrote (both run here).
+    sheet = MemoryStore()
+    written = [
+        SheetRow("a", 0, "completed", "{}", None, 1),
+        SheetRow("b", 1, "completed", "{}", None, 2),
+        SheetRow("c", 2, "completed", "{}", None, 7),
+        SheetRow("d", 3, "failed", "{}", "E: no", 7),
+    ]
+    await sheet.write_terminal_rows("r", "ds", written)
+    planner = RowPlanner(sheet, "r", "ds", "k", 2)
+    chunk = [{"k": key} for key in "abcde"]
+    plan = await planner.plan(chunk, 0, again=True, left=frozenset({1, 2, 3, 4}))
+    assert [position for position, _, _ in plan.rows] == [3, 4]
+    assert (plan.skipped, plan.handed_over) == (1, 2)
 
 
 def test_a_foreign_plan_drops_the_retained_rows() -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import io
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -24,10 +25,13 @@ from trioplay._cli._summary import summary_data
 from trioplay.adapters.faults import PeerTakeover
 from trioplay.adapters.scenarios import find
 from trioplay.events import JsonlSink, MapFinished, PageLost, from_json, replay
-from trioplay.scenario import describe, run_scenario
+from trioplay.scenario import Setup, describe, run_scenario
 from trioplay.stores.memory import MemoryStore
 
 from .support import CountingTool, registry
+
+if TYPE_CHECKING:
+    from trioplay import Store
 
 
 @pytest.fixture(autouse=True)
@@ -59,6 +63,31 @@ def test_the_lost_pages_rows_are_reported_handed_to_the_peer() -> None:
     assert result.stored_rows == {"completed": 40}
     assert result.summary()["rows"]["handed_over"] == 3
     assert "  handed to another owner: 3 rows of 1 page" in describe(result)
+
+
+def test_without_the_takeover_the_scenarios_expectations_fail() -> None:
+    # The same run with the takeover due long after the rows are done: the
+    # page is never lost, and the scenario's own Expect says what is missing.
+    scenario = find("peer-takeover")
+    assert scenario is not None
+
+    def setup(seed: int) -> Setup:
+        built = scenario.setup(seed)
+        wrap = built.store
+
+        def late(store: Store) -> Store:
+            wrapped = wrap(store)
+            assert isinstance(wrapped, PeerTakeover)
+            wrapped.at = 10_000.0
+            return wrapped
+
+        return attrs.evolve(built, store=late)
+
+    result = run_scenario(attrs.evolve(scenario, setup=setup))
+    assert "40 rows completed, expected 37" in result.problems
+    assert "0 rows handed over, expected 3" in result.problems
+    assert "no page.lost event" in result.problems
+    assert any(p.startswith("page.lost events [], expected page 0") for p in result.problems)
 
 
 def test_the_takeover_tells_the_same_story_per_seed_byte_for_byte() -> None:

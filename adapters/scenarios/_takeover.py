@@ -65,7 +65,9 @@ def _lost_rows_handed_over_once(result: ScenarioResult) -> list[str]:
     paid = Counter(
         e.call for e in result.events if isinstance(e, CallFinished) and e.outcome == "ok"
     )
-    twice = sorted(call for call, n in (started + paid).items() if started[call] > 1 or n > 2)
+    twice = sorted(
+        call for call in started.keys() | paid.keys() if max(started[call], paid[call]) > 1
+    )
     if twice:
         problems.append(f"calls made twice: {twice}")
     counts: dict[str, Any] = result.counts()

@@ -26,7 +26,8 @@ def judge(result: ScenarioResult, expect: Expect) -> list[str]:
     )
     for name, wanted in wanted_counts:
         if wanted is not None and counts.get(name, 0) != wanted:
-            problems.append(f"{counts.get(name, 0)} rows {name}, expected {wanted}")
+            said = name.replace("_", " ")
+            problems.append(f"{counts.get(name, 0)} rows {said}, expected {wanted}")
     if expect.min_completed is not None and counts.get("completed", 0) < expect.min_completed:
         problems.append(
             f"{counts.get('completed', 0)} rows completed, expected at least {expect.min_completed}"
