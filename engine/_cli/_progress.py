@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
+from .._map._report import handed_over_text
 from .._trace._listen import EventStream
 from ._failures import failures_line
 
@@ -51,14 +52,16 @@ class MapProgress:
     unconfirmed: int = 0  # rows of a write whose outcome is unknown
     columns: tuple[str, ...] = ()  # as map.started said: a header for an empty sheet
     waiting: int = 0  # rows suspended on an event wait (issue 22)
+    handed_over: int = 0  # rows left to another owner that took their page over (issue 26)
+    pages_handed_over: int = 0
     at: float = 0.0
     finished: bool = False
     last_line_at: float | None = None
 
     @property
     def done(self) -> int:
-        """Rows accounted for: committed in this attempt, skipped, or waiting."""
-        return self.completed + self.failed + self.skipped + self.waiting
+        """Rows accounted for: committed in this attempt, skipped, waiting, or handed over."""
+        return self.completed + self.failed + self.skipped + self.waiting + self.handed_over
 
     @property
     def elapsed(self) -> float:
@@ -92,6 +95,8 @@ class MapProgress:
         if isinstance(columns, list):
             self.columns = tuple(str(name) for name in columns)
         self.waiting = int(data.get("waiting", self.waiting))
+        self.handed_over = int(data.get("handed_over", self.handed_over))
+        self.pages_handed_over = int(data.get("pages_handed_over", self.pages_handed_over))
 
 
 @attrs.define
@@ -297,6 +302,8 @@ def _counts(state: MapProgress) -> str:
         parts.append(f"{state.skipped:,} skipped")
     if state.waiting:
         parts.append(f"{state.waiting:,} waiting")
+    if state.handed_over:
+        parts.append(f"{state.handed_over:,} handed over")
     return ", ".join(parts)
 
 
@@ -394,6 +401,9 @@ def format_summary(
             if state.duplicates:
                 keys = "key" if state.duplicates == 1 else "keys"
                 text += f" ({state.duplicates:,} duplicate {keys})"
+            if state.handed_over:
+                handed = handed_over_text(state.handed_over, state.pages_handed_over)
+                text += f"; {handed} handed to another owner"
             if state.unconfirmed:
                 text += (
                     f"; {state.unconfirmed:,} more in a write whose outcome is unknown"

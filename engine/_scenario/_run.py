@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from .._errors import format_error
+from .._map._report import handed_over_text
 from .._plugins import open_store
 from .._runtime import open_runtime
 from .._trace import ChromeTraceSink, JsonlSink, ListSink, Recorder, replay
@@ -170,7 +171,7 @@ def describe(result: ScenarioResult) -> list[str]:
     """A short summary of ``result`` for a terminal: what stalled, how long, why, the verdict."""
     summary: dict[str, Any] = result.summary()
     rows = summary["rows"]
-    counted = ", ".join(f"{n:,} {k}" for k, n in rows.items()) or "no rows"
+    counted = ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in rows.items()) or "no rows"
     lines = [
         f"scenario {result.scenario} (seed {result.seed}): the run ended {result.status} "
         f"after {_duration(result.virtual_seconds)} of virtual time "
@@ -181,6 +182,9 @@ def describe(result: ScenarioResult) -> list[str]:
     if result.row_errors:
         failed = ", ".join(f"{n:,} {kind}" for kind, n in result.row_errors.items())
         lines.append(f"  failed rows: {failed}")
+    handed, pages = result.handed_over()
+    if handed:
+        lines.append(f"  handed to another owner: {handed_over_text(handed, pages)}")
     if summary["stall_lines"]:
         waited = _duration(summary["longest_unsettled_ms"] / 1000)
         lines.append(
