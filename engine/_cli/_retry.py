@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._common import EXIT_OK, UsageError
+from ._options import add_command, add_store_option, check_run_id
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
 
     from .._retry import RecordedFailure
     from .._store import Store
@@ -24,16 +24,14 @@ if TYPE_CHECKING:
 
 
 def add_retry_command(
-    commands: argparse._SubParsersAction[Any],
-    common: argparse.ArgumentParser,
-    *,
-    run_id: Callable[[str], str],
-    store_option: Callable[[argparse.ArgumentParser], None],
+    commands: argparse._SubParsersAction[Any], common: argparse.ArgumentParser
 ) -> None:
     """The ``retry`` command."""
-    retry = commands.add_parser(
+    retry = add_command(
+        commands,
+        common,
         "retry",
-        parents=[common],
+        _cmd_retry,
         help="forget a run's recorded failures, so that its next run calls them again",
         description=(
             "A failed tool call is recorded and replayed on every rerun, so that a "
@@ -44,7 +42,7 @@ def add_retry_command(
             "of the run."
         ),
     )
-    retry.add_argument("run_id", metavar="RUN", type=run_id)
+    retry.add_argument("run_id", metavar="RUN", type=check_run_id)
     retry.add_argument("--dataset", metavar="D", help="only the failures of rows of dataset D")
     retry.add_argument("--tool", metavar="T", help="only the failures of tool T")
     retry.add_argument(
@@ -52,8 +50,7 @@ def add_retry_command(
         metavar="TYPE",
         help="only failures of this type, as the summary names it (e.g. TypeError)",
     )
-    store_option(retry)
-    retry.set_defaults(command=_cmd_retry)
+    add_store_option(retry)
 
 
 def _cmd_retry(args: argparse.Namespace, session: _Session) -> int:

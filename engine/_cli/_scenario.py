@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._common import EXIT_FAILED, EXIT_OK, UsageError
+from ._options import add_command
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -38,11 +39,12 @@ def add_scenario_commands(
         "scenario", parents=[common], help="reproduce a stall in virtual time"
     )
     verbs = scenario.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    listing = verbs.add_parser("list", parents=[common], help="the built-in scenarios")
-    listing.set_defaults(command=_cmd_scenario_list)
-    run = verbs.add_parser(
+    add_command(verbs, common, "list", _cmd_scenario_list, help="the built-in scenarios")
+    run = add_command(
+        verbs,
+        common,
         "run",
-        parents=[common],
+        _cmd_scenario_run,
         help="run a scenario and say what stalled and why",
         description=(
             "Run a built-in scenario, or one of your own (a Python file defining a "
@@ -52,11 +54,7 @@ def add_scenario_commands(
             "expectations did not hold."
         ),
     )
-    run.add_argument(
-        "scenario",
-        metavar="SCENARIO",
-        help="a built-in scenario's name, or a scenario file FILE.py[:NAME]",
-    )
+    _add_scenario_argument(run)
     run.add_argument(
         "--seed", metavar="N", type=int, default=0, help="the seed of its faults (default: 0)"
     )
@@ -65,10 +63,11 @@ def add_scenario_commands(
         metavar="DIR",
         help=f"where to write its files (default: {DEFAULT_OUT}/NAME)",
     )
-    run.set_defaults(command=_cmd_scenario_run)
-    many = verbs.add_parser(
+    many = add_command(
+        verbs,
+        common,
         "sweep",
-        parents=[common],
+        _cmd_scenario_sweep,
         help="run a scenario once per seed and count how many held",
         description=(
             "Run a scenario once per seed of --seeds and say how many seeds held its "
@@ -76,11 +75,7 @@ def add_scenario_commands(
             "files written into --out. Exits 1 if any seed did not hold."
         ),
     )
-    many.add_argument(
-        "scenario",
-        metavar="SCENARIO",
-        help="a built-in scenario's name, or a scenario file FILE.py[:NAME]",
-    )
+    _add_scenario_argument(many)
     many.add_argument(
         "--seeds",
         metavar="RANGES",
@@ -93,7 +88,14 @@ def add_scenario_commands(
         metavar="DIR",
         help=f"where the first failure's files go (default: {DEFAULT_OUT}/NAME-seed-N)",
     )
-    many.set_defaults(command=_cmd_scenario_sweep)
+
+
+def _add_scenario_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "scenario",
+        metavar="SCENARIO",
+        help="a built-in scenario's name, or a scenario file FILE.py[:NAME]",
+    )
 
 
 def _seeds(text: str) -> list[int]:
