@@ -22,20 +22,31 @@ if TYPE_CHECKING:
     Command = Callable[[argparse.Namespace, _Session], int]
 
 
-def add_command(
-    commands: argparse._SubParsersAction[Any],
-    common: argparse.ArgumentParser,
-    name: str,
-    command: Command,
-    **settings: Any,
-) -> argparse.ArgumentParser:
-    """The parser of the command ``name``: the ``common`` options, and ``command`` its handler.
+class Commands:
+    """The commands of a parser: each one gets the common options (``--debug``) and a handler."""
 
-    ``settings`` are ``add_parser``'s (``help``, ``description``, ...).
-    """
-    parser: argparse.ArgumentParser = commands.add_parser(name, parents=[common], **settings)
-    parser.set_defaults(command=command)
-    return parser
+    def __init__(self, parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+        self.common = common
+        self._parsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    def add(self, name: str, command: Command, **settings: Any) -> argparse.ArgumentParser:
+        """The parser of the command ``name``, which runs ``command``.
+
+        ``settings`` are ``add_parser``'s (``help``, ``description``, ...).
+        """
+        parser = self._add_parser(name, settings)
+        parser.set_defaults(command=command)
+        return parser
+
+    def group(self, name: str, **settings: Any) -> Commands:
+        """A command made of commands of its own (``runs list``, ``scenario run``)."""
+        return Commands(self._add_parser(name, settings), self.common)
+
+    def _add_parser(self, name: str, settings: dict[str, Any]) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = self._parsers.add_parser(
+            name, parents=[self.common], **settings
+        )
+        return parser
 
 
 def check_run_id(text: str) -> str:

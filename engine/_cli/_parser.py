@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._common import CONFIG_FILE, DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
 from ._options import (
-    add_command,
+    Commands,
     add_dump_options,
     add_output_options,
     add_run_outputs,
@@ -142,11 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     parser.add_argument("--version", action=_ShowVersion, help="print the version and exit")
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    commands = Commands(parser, common)
 
-    demo = add_command(
-        commands,
-        common,
+    demo = commands.add(
         "demo",
         _cmd_demo,
         help="run the bundled example play (no network needed)",
@@ -174,9 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_outputs(demo)
 
-    run = add_command(
-        commands,
-        common,
+    run = commands.add(
         "run",
         _cmd_run,
         help="run a play from a Python file",
@@ -204,9 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_outputs(run)
     add_dump_options(run)
 
-    timeline = add_command(
-        commands,
-        common,
+    timeline = commands.add(
         "timeline",
         _cmd_timeline,
         help="draw the timeline of a recorded run as SVG",
@@ -223,22 +217,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="the picture to write (- for standard output; default: EVENTS with .svg)",
     )
 
-    runs = commands.add_parser("runs", parents=[common], help="list runs, or show one")
-    runs_commands = runs.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    runs_list = add_command(runs_commands, common, "list", _cmd_runs_list, help="recent runs")
+    runs = commands.group("runs", help="list runs, or show one")
+    runs_list = runs.add("list", _cmd_runs_list, help="recent runs")
     add_store_option(runs_list)
     runs_list.add_argument(
         "--limit", metavar="N", type=_positive_int, default=50, help="at most N runs (default: 50)"
     )
     _add_json_option(runs_list, "print the runs as a JSON array")
-    runs_show = add_command(runs_commands, common, "show", _cmd_runs_show, help="one run in detail")
+    runs_show = runs.add("show", _cmd_runs_show, help="one run in detail")
     runs_show.add_argument("run_id", metavar="RUN", type=check_run_id)
     add_store_option(runs_show)
     _add_json_option(runs_show, "print the run as a JSON object")
 
-    export = add_command(
-        commands,
-        common,
+    export = commands.add(
         "export",
         _cmd_export,
         help="write a run's dataset to a CSV or JSON Lines file",
@@ -255,11 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_store_option(export)
     add_output_options(export)
-    add_retry_command(commands, common)
+    add_retry_command(commands)
 
-    config = add_command(
-        commands,
-        common,
+    config = commands.add(
         "config",
         _cmd_config,
         help="show the configuration a command would use, and where each value comes from",
@@ -275,8 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_store_option(config)
     _add_run_settings(config)
-    add_scenario_commands(commands, common)
-    add_wait_commands(commands, common)
+    add_scenario_commands(commands)
+    add_wait_commands(commands)
     return parser
 
 

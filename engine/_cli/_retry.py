@@ -10,10 +10,10 @@ it; once the code is fixed, that command and a rerun call those calls again
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._common import EXIT_OK, UsageError
-from ._options import add_command, add_store_option, check_run_id
+from ._options import Commands, add_store_option, check_run_id
 
 if TYPE_CHECKING:
     import argparse
@@ -23,13 +23,9 @@ if TYPE_CHECKING:
     from . import _Session
 
 
-def add_retry_command(
-    commands: argparse._SubParsersAction[Any], common: argparse.ArgumentParser
-) -> None:
+def add_retry_command(commands: Commands) -> None:
     """The ``retry`` command."""
-    retry = add_command(
-        commands,
-        common,
+    retry = commands.add(
         "retry",
         _cmd_retry,
         help="forget a run's recorded failures, so that its next run calls them again",

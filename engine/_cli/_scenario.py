@@ -16,33 +16,25 @@ import argparse
 import contextlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._common import EXIT_FAILED, EXIT_OK, UsageError
-from ._options import add_command
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from .._scenario import Scenario
     from . import _Session
+    from ._options import Commands
 
 DEFAULT_OUT = "out/scenarios"
 
 
-def add_scenario_commands(
-    commands: argparse._SubParsersAction[Any],
-    common: argparse.ArgumentParser,
-) -> None:
+def add_scenario_commands(commands: Commands) -> None:
     """The ``scenario`` command and its three verbs."""
-    scenario = commands.add_parser(
-        "scenario", parents=[common], help="reproduce a stall in virtual time"
-    )
-    verbs = scenario.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    add_command(verbs, common, "list", _cmd_scenario_list, help="the built-in scenarios")
-    run = add_command(
-        verbs,
-        common,
+    verbs = commands.group("scenario", help="reproduce a stall in virtual time")
+    verbs.add("list", _cmd_scenario_list, help="the built-in scenarios")
+    run = verbs.add(
         "run",
         _cmd_scenario_run,
         help="run a scenario and say what stalled and why",
@@ -63,9 +55,7 @@ def add_scenario_commands(
         metavar="DIR",
         help=f"where to write its files (default: {DEFAULT_OUT}/NAME)",
     )
-    many = add_command(
-        verbs,
-        common,
+    many = verbs.add(
         "sweep",
         _cmd_scenario_sweep,
         help="run a scenario once per seed and count how many held",

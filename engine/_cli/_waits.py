@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import EventConflict, EventRefused, InvalidWait, UnknownRun
 from ._common import EXIT_OK, UsageError
 from ._options import (
-    add_command,
+    Commands,
     add_dump_options,
     add_run_outputs,
     add_store_option,
@@ -41,13 +41,9 @@ _REFUSED = (InvalidWait, UnknownRun, EventRefused, EventConflict)
 """What a store or the checks refuse an event with: exit 2, nothing written."""
 
 
-def add_wait_commands(
-    commands: argparse._SubParsersAction[Any], common: argparse.ArgumentParser
-) -> None:
+def add_wait_commands(commands: Commands) -> None:
     """The commands ``send-event``, ``resume`` and ``cancel``."""
-    send = add_command(
-        commands,
-        common,
+    send = commands.add(
         "send-event",
         _cmd_send_event,
         help="deliver an outside event to a waiting run",
@@ -83,9 +79,7 @@ def add_wait_commands(
     )
     add_store_option(send)
 
-    resume = add_command(
-        commands,
-        common,
+    resume = commands.add(
         "resume",
         _cmd_resume,
         help="resume a run: run it again with its play and input",
@@ -111,9 +105,7 @@ def add_wait_commands(
     add_run_outputs(resume)
     add_dump_options(resume)
 
-    cancel = add_command(
-        commands,
-        common,
+    cancel = commands.add(
         "cancel",
         _cmd_cancel,
         help="end a run for good: its waits are cancelled, later events refused",
