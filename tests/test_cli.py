@@ -604,9 +604,9 @@ def event(kind: str, at: float, **data: Any) -> Raw:
         return (te.MapStarted, at, "r", data["map"], data["total"])
     counts = [data.get(name, 0) for name in ("completed", "failed", "skipped", "duplicates")]
     if kind == "map.progress":
-        return (te.MapProgress, at, data["map"], *counts, 0, data["total"])
+        return (te.MapProgress, at, data["map"], *counts, 0, data["total"], "r")
     assert kind == "map.finished"
-    return (te.MapFinished, at, data["map"], "completed", *counts, 0, data["total"])
+    return (te.MapFinished, at, data["map"], "completed", *counts, 0, data["total"], "r")
 
 
 def progress_events(total: int = 10_000) -> list[Raw]:
