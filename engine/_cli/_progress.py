@@ -229,24 +229,15 @@ class RunReporter(EventStream):
         if self._progress is None:
             self._progress = _new_progress(self.stream)
             self._progress.start()
-        rows, ok, failed, rate, eta = _bar_fields(state)
         self._tasks[state.name] = self._progress.add_task(
-            state.name, total=state.total, rows=rows, ok=ok, failed=failed, rate=rate, eta=eta
+            state.name, total=state.total, **_bar_fields(state)
         )
 
     def _bar_update(self, state: MapProgress) -> None:
         task = self._tasks.get(state.name)
         if self._progress is not None and task is not None:
-            rows, ok, failed, rate, eta = _bar_fields(state)
             self._progress.update(
-                task,
-                completed=state.done,
-                total=state.total,
-                rows=rows,
-                ok=ok,
-                failed=failed,
-                rate=rate,
-                eta=eta,
+                task, completed=state.done, total=state.total, **_bar_fields(state)
             )
 
     def _bar_remove(self, state: MapProgress) -> None:
@@ -282,15 +273,15 @@ def _new_progress(stream: TextIO) -> Progress:
     )
 
 
-def _bar_fields(state: MapProgress) -> tuple[str, str, str, str, str]:
-    """The bar's text fields: rows, ok, failed, rate, eta."""
-    return (
-        _of_total(state),
-        f"{state.completed:,}",
-        f"{state.failed:,}",
-        _rate(state.rate),
-        f"eta {_duration(state.eta)}" if state.eta is not None else "",
-    )
+def _bar_fields(state: MapProgress) -> dict[str, Any]:
+    """The bar's text fields, by the names its columns use (rich's task fields)."""
+    return {
+        "rows": _of_total(state),
+        "ok": f"{state.completed:,}",
+        "failed": f"{state.failed:,}",
+        "rate": _rate(state.rate),
+        "eta": f"eta {_duration(state.eta)}" if state.eta is not None else "",
+    }
 
 
 # -- lines ------------------------------------------------------------------

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from .._store import Store
-    from .._trace import Event
     from ._model import Scenario
 
 EPOCH = 1_800_000_000.0
@@ -40,7 +39,7 @@ def run_scenario(scenario: Scenario, *, seed: int = 0) -> ScenarioResult:
     same events.
     """
     began = time.perf_counter()
-    ran: list[_Ran] = []
+    ran: list[ScenarioResult] = []
 
     async def main() -> None:
         ran.append(await _run(scenario, seed))
@@ -51,22 +50,12 @@ def run_scenario(scenario: Scenario, *, seed: int = 0) -> ScenarioResult:
     with seeded_scheduler(0):
         trio.run(main, clock=MockClock(autojump_threshold=0))
     [done] = ran
-    result = ScenarioResult(
-        scenario=scenario.name,
-        description=scenario.description,
-        seed=seed,
-        events=done.events,
-        status=done.status,
-        error=done.error,
-        virtual_seconds=done.virtual_seconds,
-        row_errors=done.row_errors,
-        stored_rows=done.stored_rows,
-        wall_seconds=time.perf_counter() - began,
-    )
+    result = attrs.evolve(done, wall_seconds=time.perf_counter() - began)
     return attrs.evolve(result, problems=tuple(judge(result, scenario.expect)))
 
 
-async def _run(scenario: Scenario, seed: int) -> _Ran:
+async def _run(scenario: Scenario, seed: int) -> ScenarioResult:
+    """The run of ``scenario``, not yet judged (``wall_seconds`` is 0: the caller times it)."""
     setup = scenario.setup(seed)
     kept = ListSink()
     recorder = Recorder(kept)
@@ -108,17 +97,18 @@ async def _run(scenario: Scenario, seed: int) -> _Ran:
         status, error = finished[-1].status, finished[-1].error
     elif status != "completed" and error is None:
         status, error = "interrupted", "interrupted"
-    return _Ran(events, status, error, ended - start, row_errors, stored)
-
-
-@attrs.frozen
-class _Ran:
-    events: tuple[Event, ...]
-    status: str
-    error: str | None
-    virtual_seconds: float
-    row_errors: dict[str, int]
-    stored_rows: dict[str, int]
+    return ScenarioResult(
+        scenario=scenario.name,
+        description=scenario.description,
+        seed=seed,
+        events=events,
+        status=status,
+        error=error,
+        virtual_seconds=ended - start,
+        wall_seconds=0.0,
+        row_errors=row_errors,
+        stored_rows=stored,
+    )
 
 
 async def _sheet(store: Store, run_id: str) -> tuple[dict[str, int], dict[str, int]]:
