@@ -271,6 +271,18 @@ class RunWaits:
                     pending.record = record
                     pending.done.set()
 
+    def on_child(self, waiting: RunWaiting) -> RowSuspended:
+        """The caller's suspension on a child run that ended ``waiting``.
+
+        The child's waits become this run's (its ``RunWaiting`` names them,
+        so the root's names every wait of its tree); the row, or the play,
+        suspends on the first still open.
+        """
+        for wait in waiting.waits:
+            self.suspended[wait.wait_key] = wait
+        open_ = [wait for wait in waiting.waits if wait.status == "waiting"]
+        return RowSuspended((open_ or list(waiting.waits))[0])
+
     # -- settling ----------------------------------------------------------------
     async def outcome(
         self,

@@ -146,8 +146,12 @@ class RunReporter(EventStream):
     # -- the event sink -----------------------------------------------------
     def tell(self, event: RuntimeEvent) -> None:
         handler = _HANDLERS.get(event.type)
-        if handler is not None:
-            handler(self, event)
+        if handler is None:
+            return
+        run_id = self.outcome.run_id
+        if run_id is not None and event.run_id != run_id:
+            return  # a child play's run: the command reports its root (the first run)
+        handler(self, event)
 
     def _run_started(self, event: RuntimeEvent) -> None:
         self.outcome.run_id = event.run_id

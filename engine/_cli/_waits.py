@@ -237,11 +237,17 @@ def _cmd_resume(args: argparse.Namespace, session: _Session) -> int:
 
 
 # -- cancel ---------------------------------------------------------------------------
-async def _cancel(store: Store, run_id: str) -> int:
+async def _cancel(store: Store, run_id: str) -> tuple[int, list[str]]:
+    """Cancel ``run_id`` and its waiting child plays: the open waits cancelled, and those runs."""
     from ._commands import _opened
+    from ._tree import waiting_below
 
     async with _opened(store):
-        return await store.cancel_run(run_id, now=time.time())
+        cancelled = await store.cancel_run(run_id, now=time.time())
+        children = await waiting_below(store, run_id)
+        for child in children:
+            cancelled += await store.cancel_run(child, now=time.time())
+        return cancelled, children
 
 
 def _cmd_cancel(args: argparse.Namespace, session: _Session) -> int:
@@ -251,12 +257,13 @@ def _cmd_cancel(args: argparse.Namespace, session: _Session) -> int:
 
     store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
     try:
-        cancelled = trio.run(_cancel, store, args.run_id)
+        cancelled, children = trio.run(_cancel, store, args.run_id)
     except UnknownRun as exc:
         raise UsageError(str(exc)) from None
     waits = "wait" if cancelled == 1 else "waits"
+    also = f" and its waiting child plays {', '.join(children)}" if children else ""
     print(
-        f"cancelled: run {args.run_id}; {cancelled:,} open {waits} cancelled, "
+        f"cancelled: run {args.run_id}{also}; {cancelled:,} open {waits} cancelled, "
         "later events are refused"
     )
     return EXIT_OK

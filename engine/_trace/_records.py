@@ -77,7 +77,7 @@ class ChildFinished(Event):
     TYPE = "child.finished"
     run: str
     child: str
-    status: str  # completed, failed, cancelled
+    status: str  # completed, failed, cancelled, waiting
     error: str | None
 
 
