@@ -19,18 +19,22 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
+import trio.testing
 
 import trioplay
 from trioplay._pictures import render_timeline
 from trioplay._pictures._text import place_labels, text_width
-from trioplay._trace import ChromeTraceSink, replay
+from trioplay._trace import ChromeTraceSink, ListSink, Recorder, replay
 from trioplay._trace import _records as r
 from trioplay._trace._cause import stall_blame
 from trioplay._trace._spans import Spans
-from trioplay.adapters.scenarios._common import leads, map_play, registry
+from trioplay.adapters.scenarios._common import leads, map_play
+from trioplay.adapters.scenarios._common import registry as tools_of
 from trioplay.adapters.simulated import SimulatedProvider
 from trioplay.scenario import Expect, Scenario, Setup, run_scenario
 
+from .support import registry
+from .test_fencing import TTL, PeerCompletes
 from .test_trace import check_chrome_trace
 
 if TYPE_CHECKING:
@@ -59,7 +63,7 @@ def _many_pages(seed: int) -> Setup:
 
     return Setup(
         play=map_play("many-pages", leads(ROWS), ("email", resolver), page_size=PAGE),
-        tools=registry(*tools),
+        tools=tools_of(*tools),
         limits=trioplay.Limits(tool_timeout=300),
     )
 
@@ -270,3 +274,35 @@ def test_long_map_names_get_a_short_name_in_the_lanes_and_in_full_in_the_legend(
     names = [body for _x, _y, anchor, _s, body in texts if anchor == "end" and " p9" in body]
     assert names == ["M1 p9,900", "M2 p9,900"]
     assert set(long) <= {body for *_, body in texts}
+
+
+async def test_a_real_takeover_shows_its_page_and_rows_lost(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A peer takes page 0 over and completes its five rows (tests/test_fencing.py): the
+    # picture and the trace of this process's run say the page and its rows were lost,
+    # not that they ran on to the end of the recording.
+    keys = [str(i) for i in range(5)]
+    store = PeerCompletes(keys)
+    kept = ListSink()
+    text = io.StringIO()
+    recorder = Recorder(kept, ChromeTraceSink(text))
+    async with trioplay.open_runtime(
+        store=store,
+        tools=registry(),
+        limits=trioplay.Limits(lease_ttl=TTL),
+        wall_clock=trio.current_time,
+        recorder=recorder,
+    ) as rt:
+        await rt.run(store.play(), {}, run_id="r")
+    recorder.close()
+    [lost_at] = [e.at for e in kept.events if isinstance(e, r.PageLost)]
+    bodies = [body for *_, body in _texts(render_timeline(kept.events))]
+    assert "0 rows completed, 0 failed, 5 lost with 1 page(s) taken by a peer" in bodies[1]
+    assert "lost to a peer, 5 rows" in bodies
+    events = check_chrome_trace(json.loads(text.getvalue()))
+    rows = [e for e in events if e["ph"] == "X" and e["pid"] == 3 and "(lost" in e["name"]]
+    assert sorted(e["name"] for e in rows) == [f"{key} (lost to a peer)" for key in keys]
+    t0 = kept.events[0].at
+    assert {round(t0 + (e["ts"] + e["dur"]) / 1e6, 6) for e in rows} == {lost_at}
+    assert [e["name"] for e in events if e["ph"] == "i"] == ["page lost to a peer"]

@@ -3,6 +3,7 @@ cut off, and the picture in docs/scenarios.md is what the project draws now (iss
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from trioplay._pictures._text import text_width
-from trioplay._pictures._timeline import render_timeline
+from trioplay._pictures._timeline import _FAILED, _STALL, render_timeline
 from trioplay._trace._cause import stall_blame, stall_cause
 from trioplay.adapters.scenarios import BUILT_IN, find
 from trioplay.events import MapStall, RunFinished, RunStarted
@@ -172,3 +173,26 @@ def test_the_title_counts_failed_rows_apart_from_completed_ones() -> None:
     # it had completed ("200 rows committed" for 199 completed and 1 failed).
     bodies = [body for *_, body in _texts(_drawn("hung-provider"))]
     assert "199 rows completed, 1 failed (200 committed) over 5.0 min; 4 stall line(s)" in bodies
+
+
+def test_failed_rows_are_their_own_colour_in_the_commits_panel() -> None:
+    # One failed row among 199 completed: its own (dark red) segment, at least 2 px high.
+    svg = _drawn("hung-provider")
+    failed = [rect for rect in ET.fromstring(svg).iter(f"{SVG}rect") if rect.get("fill") == _FAILED]
+    assert len(failed) == 2  # the bar and its legend swatch
+    assert min(float(rect.get("height", 0)) for rect in failed) >= 2
+
+
+def test_the_store_panel_names_the_oldest_store_call_a_stall_line_saw() -> None:
+    svg = _drawn("store-outage")
+    bodies = [body for *_, body in _texts(svg)]
+    assert "store: sheet writes in flight, store calls in flight at each stall line" in bodies
+    [note] = [body for body in bodies if body.startswith("oldest store call")]
+    assert re.fullmatch(
+        r"oldest store call unanswered at a stall line: complete_many, [\d,]+ ms; "
+        r"2 stall line\(s\) blame the store",
+        note,
+    ), note
+    # Each of those lines is a red dot: the store calls it saw in flight.
+    dots = [c for c in ET.fromstring(svg).iter(f"{SVG}circle") if c.get("fill") == _STALL]
+    assert len(dots) == 2
