@@ -20,7 +20,7 @@ from trioplay._cleanup import CleanupBudget
 from trioplay._map._admission import RowAdmission
 from trioplay._map._ledger import CommitLedger
 from trioplay._map._pages import Page, PageState
-from trioplay._map._plan import Plan
+from trioplay._map._plan import Plan, RowPlanner
 from trioplay._map._report import MapCounts, MapReport
 from trioplay._map._result import MapResult
 from trioplay._map._writer import TerminalRow, TerminalRowWriter, open_terminal_writer
@@ -256,15 +256,18 @@ def test_rows_of_a_lost_page_count_as_left_to_its_new_owner() -> None:
     page.outstanding = 10
     page.all_started()
     ledger.committed([TerminalRow(SheetRow("0", 0, "completed", "{}"), 1, page, 0, None)])
-    ledger.page_lost(0, plan)
+    left = ledger.page_lost(0, plan, [(i, str(i)) for i in range(10)])
+    assert left == [str(i) for i in range(1, 10)]  # what the page.lost event names
+    assert ledger.counts()[-2:] == (9, 1)  # 9 rows of 1 page, already while it is lost
     ledger.check(10)
     assert ledger.handed_off == 9
+    assert ledger.counts()[-2:] == (9, 1)
 
 
 def test_a_lost_page_planned_again_counts_its_skipped_rows_once() -> None:
     # Rows 0-1 completed in an earlier attempt (skipped); row 2 commits here;
     # the page is lost, then planned again once its new owner is done with it
-    # (rows 3-9 completed by that owner: skipped now; row 2 ours: not again).
+    # (rows 3-9 completed by that owner: handed over; row 2 ours: not again).
     ledger = _Map().ledger
     first = Plan([(i, str(i), {}) for i in range(2, 10)], skipped=2)
     ledger.planned(first, 0, 10)
@@ -272,11 +275,33 @@ def test_a_lost_page_planned_again_counts_its_skipped_rows_once() -> None:
     page.outstanding = 8
     page.all_started()
     ledger.committed([TerminalRow(SheetRow("2", 2, "completed", "{}"), 1, page, 0, None)])
-    ledger.page_lost(0, first)
-    ledger.planned(Plan([], skipped=9), 0, 10)
+    ledger.page_lost(0, first, [(i, str(i)) for i in range(2, 10)])
+    assert ledger.left_to_peer(0) == frozenset(range(3, 10))
+    ledger.planned(Plan([], skipped=2, handed_over=7), 0, 10)
     ledger.check(10)
     counts = ledger.counts()
-    assert (counts.completed, counts.skipped, ledger.handed_off) == (1, 9, 0)
+    assert (counts.completed, counts.skipped, ledger.handed_off) == (1, 2, 7)
+    assert (counts.handed_over, counts.pages_handed_over) == (7, 1)
+
+
+async def test_a_lost_page_planned_again_hands_over_the_rows_its_new_owner_ran() -> None:
+    # Attempt 2 left rows 1-4 to a peer when it lost the page. Row 0 was an
+    # earlier attempt's (skipped, as before); rows 1 and 2 the peer ran, one
+    # as attempt 2, one as another attempt (handed over); row 3 the peer failed
+    # in another attempt and row 4 it never wrote (both run here).
+    sheet = MemoryStore()
+    written = [
+        SheetRow("a", 0, "completed", "{}", None, 1),
+        SheetRow("b", 1, "completed", "{}", None, 2),
+        SheetRow("c", 2, "completed", "{}", None, 7),
+        SheetRow("d", 3, "failed", "{}", "E: no", 7),
+    ]
+    await sheet.write_terminal_rows("r", "ds", written)
+    planner = RowPlanner(sheet, "r", "ds", "k", 2)
+    chunk = [{"k": key} for key in "abcde"]
+    plan = await planner.plan(chunk, 0, again=True, left=frozenset({1, 2, 3, 4}))
+    assert [position for position, _, _ in plan.rows] == [3, 4]
+    assert (plan.skipped, plan.handed_over) == (1, 2)
 
 
 def test_a_foreign_plan_drops_the_retained_rows() -> None:
@@ -313,6 +338,8 @@ async def test_progress_is_reported_only_after_counts_changed(
             "unconfirmed": 0,
             "total": 5,
             "waiting": 0,
+            "handed_over": 0,
+            "pages_handed_over": 0,
         }
     ]
 

@@ -190,9 +190,10 @@ def test_at_10000_rows_the_chrome_trace_has_a_bounded_number_of_tracks(
     assert sum(e["ph"] == "i" and e["name"].startswith("stall:") for e in events) > 400
 
 
-def _lost_page() -> list[Event]:
+def _lost_page(keys: bool = True) -> list[Event]:
     """Page 0 of map ``m``: row ``a`` commits, then a peer takes the page over while ``b`` and
-    ``c`` are in flight; ``b``'s cancelled resolver still records its end afterwards."""
+    ``c`` are in flight; ``b``'s cancelled resolver still records its end afterwards.
+    ``keys=False``: the ``page.lost`` of an older file, without the rows it left."""
     rows = ("a", "b", "c")
     return [
         r.RunStarted(0.0, "r", "p", 1),
@@ -202,18 +203,19 @@ def _lost_page() -> list[Event]:
         r.RowTerminal(1.0, "m", "a", "completed"),
         r.RowWriterAdmitted(1.0, "m", "a"),
         r.RowCommitted(2.0, "m", "a", "completed"),
-        r.PageLost(5.0, "m", 0, "r"),
+        r.PageLost(5.0, "m", 0, "r", 2, ["b", "c"]) if keys else r.PageLost(5.0, "m", 0, "r"),
         r.RowTerminal(6.0, "m", "b", "failed"),
         r.PageFinished(7.0, "m", 0, "lost"),
         r.RunFinished(10.0, "r", "completed", None),
     ]
 
 
-def test_the_rows_of_a_page_lost_to_a_peer_end_lost_where_it_was_lost() -> None:
+@pytest.mark.parametrize("keys", [True, False])
+def test_the_rows_of_a_page_lost_to_a_peer_end_lost_where_it_was_lost(keys: bool) -> None:
     # Seen failing: they ran on, "unfinished", to the end of the recording.
     ended: list[tuple[str, Any, float, dict[str, Any]]] = []
     spans = Spans(lambda s: ended.append((s.kind, s.name, s.end, s.args)))
-    for e in _lost_page():
+    for e in _lost_page(keys):
         spans.feed(e)
     spans.close(10.0)
     rows = {name: (end, args.get("status")) for kind, name, end, args in ended if kind == "row"}

@@ -163,7 +163,7 @@ class _MapRun:
         self.report = report
         self.writer = writer
         self.admission = RowAdmission(services.row_limiter, services.row_budget)
-        self.pages = PageLeases.of_map(services, name, self.report)
+        self.pages = PageLeases.of_map(services, name)
         self.rows = RowResolver(services, name, columns, self.admission, self.pages, report)
         self.lost: list[tuple[int, int]] = []  # (offset, length) of pages lost to a peer
 
@@ -252,7 +252,10 @@ class _MapRun:
             claim = await self.pages.claim(offset)
         if claim == "held":
             return None
-        plan = await self.planner.plan(chunk, offset, again=again)
+        # A page lost here before: its rows left to the new owner then, and
+        # not committed here since, are its new owner's if the sheet has them.
+        left = self.ledger.left_to_peer(offset) if again else frozenset()
+        plan = await self.planner.plan(chunk, offset, again=again, left=left)
         self.ledger.planned(plan, offset, len(chunk))
         if claim == "done":
             if not plan.rows:
@@ -283,7 +286,7 @@ class _MapRun:
         offset = lease.offset
         report = self.report
         page: Page | None = None
-        keys = [key for _, key, _ in plan.rows]
+        planned = [(position, key) for position, key, _ in plan.rows]
         try:
             observer = MapStallObserver(
                 map_name=self.name,
@@ -312,9 +315,9 @@ class _MapRun:
             if page.state is PageState.LOST:
                 # Its unfinished rows are the new owner's; their keys are no
                 # longer in flight here, and the page is waited for at the end.
-                self.planner.give_back_keys(keys)
+                self.planner.give_back_keys(key for _, key in planned)
                 self.lost.append((offset, length))
-                self.ledger.page_lost(offset, plan)
+                report.page_lost(offset, self.ledger.page_lost(offset, plan, planned))
                 report.page_finished(offset, "lost")
                 return
             report.page_finished(offset, "done")

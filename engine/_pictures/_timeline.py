@@ -20,8 +20,9 @@ minutes or hours, whichever reads best):
    waiting for its batch to commit); each the mean number of rows in that
    phase over the interval;
 2. **rows ended per interval** (a round length: 15 s, 2 min...), stacked
-   bars: committed completed, committed failed, and lost to a peer (rows of
-   a lost page still in flight when it was lost, which the peer finishes);
+   bars: committed completed, committed failed, and lost to a peer (the
+   rows a lost page left to the peer, ``page.lost``'s ``rows``, at the
+   loss);
 3. **provider concurrency**: calls of each provider holding a governor slot
    (from admission to settlement), mean per interval;
 4. **the store**: sheet writes in flight (writer batches, mean per
@@ -166,7 +167,10 @@ class _Run:
                 self.lags.append((e.at, f"lag {e.lag_ms:,.0f} ms"))
                 self.bands[_LAG].append((e.at - e.lag_ms / 1000, e.at))
             elif isinstance(e, r.PageLost):
+                # The rows it left to the peer (an older record: those in flight).
                 rows = self._lost_rows.pop((e.map, e.page), 0)
+                rows = e.rows if e.rows or e.keys else rows
+                self._count("lost", e.at, rows)
                 self.losses.append((e.at, (e.map, e.page), f"lost to a peer, {rows:,} rows"))
             elif isinstance(e, r.WriterBatchFailed):
                 self.failed_writes.append(e.at)
@@ -176,10 +180,10 @@ class _Run:
     def committed(self) -> int:
         return self.counts["completed"] + self.counts["failed"]
 
-    def _count(self, status: str, at: float) -> None:
-        self.counts[status] += 1
+    def _count(self, status: str, at: float, rows: int = 1) -> None:
+        self.counts[status] += rows
         bars = self.ended[status]
-        bars[min(int((at - self.t0) / self.bar), len(bars) - 1)] += 1
+        bars[min(int((at - self.t0) / self.bar), len(bars) - 1)] += rows
 
     def _stall(self, e: r.MapStall) -> None:
         report = e.report
@@ -203,7 +207,6 @@ class _Run:
         if span.kind == "phase" and span.key[0] == "row":
             self.phases[span.name].add(span.start, span.end)
         elif span.kind == "row" and span.args.get("status") == "lost":
-            self._count("lost", span.end)
             page = (span.args["map"], span.args["page"])
             self._lost_rows[page] = self._lost_rows.get(page, 0) + 1
         elif span.kind == "slot":

@@ -31,10 +31,11 @@ A fetch's phases are ``headers`` and ``body`` (``fetch.phase``).
 
 A page is a span too (``page.started`` to ``page.finished``, its status in
 ``status``: ``done``, ``lost``, ``failed``). When a page is lost to a peer
-(``page.lost``: its lease passed to another process, which finishes its
-rows), each of its rows still in flight ends there, with ``status``
-``lost``: those rows are the peer's now, and what they record afterwards
-(a cancelled call's end) belongs to no span of this run.
+(``page.lost``: its lease passed to another process, which runs its rows
+not committed here, ``keys``), each of those rows still in flight ends
+there, with ``status`` ``lost`` (a ``page.lost`` without ``keys``, from an
+older file: each row of the page still in flight); what such a row records
+afterwards belongs to no span of this run.
 """
 
 from __future__ import annotations
@@ -105,7 +106,6 @@ class Spans:
         self._call_row: dict[str, str] = {}  # call -> its row's key
         self._fetch_row: dict[int, str] = {}  # fetch -> its row's key
         self._child_row: dict[str, str] = {}  # child run -> its caller row's key
-        self._page_rows: dict[tuple[str, int], set[Any]] = {}  # page -> its rows in flight
         self._lost: set[Any] = set()  # rows of a lost page: their later records are ignored
 
     # -- spans ------------------------------------------------------------
@@ -146,7 +146,6 @@ class Spans:
         if isinstance(e, r.RowAdmitted):
             key = ("row", (e.map, e.row))
             self._lost.discard(key)  # planned again after its page came back
-            self._page_rows.setdefault((e.map, e.page), set()).add(key)
             self._begin(
                 "row", key, f"{e.map} page {e.page}", e.row, at, {"map": e.map, "page": e.page}
             )
@@ -174,11 +173,8 @@ class Spans:
             args = {"map": e.map, "page": e.page, "rows": e.rows}
             self._begin("page", ("page", (e.map, e.page)), e.map, f"page {e.page:,}", at, args)
         elif isinstance(e, r.PageLost):
-            self._page_lost(e.map, e.page, at)
+            self._page_lost(e, at)
         elif isinstance(e, r.PageFinished):
-            if e.status == "lost":
-                self._page_lost(e.map, e.page, at)
-            self._page_rows.pop((e.map, e.page), None)
             self._end(("page", (e.map, e.page)), at, {"status": e.status})
         elif isinstance(e, r.CallQueued):
             if e.row is not None:
@@ -236,9 +232,18 @@ class Spans:
             self._end(("child", e.child), at, {"status": e.status, "error": e.error})
             self._row(self._child_row.pop(e.child, None), "resolver", at)
 
-    def _page_lost(self, name: str, page: int, at: float) -> None:
-        """A peer took the page over: its rows still in flight end here, ``lost``."""
-        for owner in sorted(self._page_rows.pop((name, page), ()), key=repr):
+    def _page_lost(self, e: r.PageLost, at: float) -> None:
+        """A peer took the page over: the rows it left to the peer end here, ``lost``."""
+        if e.keys:
+            owners = [("row", (e.map, key)) for key in e.keys]
+        else:  # an older record: the page's rows in flight
+            owners = [
+                key
+                for key, opened in self._open.items()
+                if opened.kind == "row"
+                and (opened.args.get("map"), opened.args.get("page")) == (e.map, e.page)
+            ]
+        for owner in owners:
             if owner in self._open:
                 self._enter(owner, None, at)
                 self._live.pop(owner[1][1], None)
