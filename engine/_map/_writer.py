@@ -69,7 +69,8 @@ if TYPE_CHECKING:
     from ._report import MapReport
 
 
-@attrs.define(eq=False)
+# One per row: no weakref slot, so it stays the size of the hand-written class it replaced.
+@attrs.define(eq=False, weakref_slot=False)
 class TerminalRow:
     """A finished row on its way to the sheet, with what the map needs at commit."""
 
