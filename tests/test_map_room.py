@@ -17,6 +17,7 @@ import trio.testing
 import trioplay
 from trioplay._budget import ByteBudget
 from trioplay._cleanup import CleanupBudget
+from trioplay._limits import Limits
 from trioplay._map._admission import RowAdmission
 from trioplay._map._ledger import CommitLedger
 from trioplay._map._pages import Page, PageState
@@ -24,7 +25,7 @@ from trioplay._map._plan import Plan, RowPlanner
 from trioplay._map._report import MapCounts, MapReport
 from trioplay._map._result import MapResult
 from trioplay._map._writer import TerminalRow, TerminalRowWriter, open_terminal_writer
-from trioplay._records import SheetRow
+from trioplay._records import SheetRow, SheetWrite
 from trioplay._trace import ListSink, Recorder
 from trioplay._trace._listen import EventListener
 from trioplay.stores.memory import MemoryStore
@@ -346,24 +347,25 @@ async def test_progress_is_reported_only_after_counts_changed(
 
 # -- the writer's life ----------------------------------------------------------
 class _Writes:
+    """The writer's ``commits``: what it was told, in order."""
+
     def __init__(self) -> None:
-        self.committed: list[str] = []
+        self.committed_keys: list[str] = []
         self.unconfirmed: list[int] = []
 
-    def on_commit(self, batch: list[TerminalRow]) -> None:
-        self.committed += [item.row.key for item in batch]
+    def committed(self, batch: list[TerminalRow]) -> None:
+        self.committed_keys += [item.row.key for item in batch]
+
+    def refused(self, items: list[tuple[TerminalRow, SheetWrite]]) -> None:
+        raise AssertionError(f"nothing is fenced here: {items}")
+
+    def unconfirmed_rows(self, count: int) -> None:
+        self.unconfirmed.append(count)
 
     def open(self, store: MemoryStore, report: MapReport | None = None) -> open_terminal_writer:
+        limits = Limits(writer_buffer_bytes=1000, writer_max_flush=10.0)
         writer = TerminalRowWriter(
-            store,
-            "r",
-            "ds",
-            buffer_bytes=1000,
-            max_flush=10.0,
-            cleanup=CleanupBudget(1.0),
-            on_commit=self.on_commit,
-            on_unconfirmed=self.unconfirmed.append,
-            report=report,
+            store, "r", "ds", limits, cleanup=CleanupBudget(1.0), commits=self, report=report
         )
         return open_terminal_writer(writer)
 
@@ -387,7 +389,7 @@ async def test_leaving_the_writer_block_commits_what_it_was_given(
             await writer.admit(_row(key))
     # No flush deadline to wait out (the input ended), one write of 2 s.
     assert trio.current_time() == 2.0
-    assert writes.committed == ["1", "2", "3"]
+    assert writes.committed_keys == ["1", "2", "3"]
     assert writer.finished.is_set()
 
 
@@ -398,7 +400,7 @@ async def test_an_error_in_the_block_waits_for_the_writer_then_is_raised(
     with pytest.raises(ValueError, match="a row failed"):
         await _admit_then_raise(writes.open(store), ValueError("a row failed"))
     assert trio.current_time() == 5.0
-    assert writes.committed == ["1"]
+    assert writes.committed_keys == ["1"]
     assert writes.unconfirmed == []
 
 
@@ -420,7 +422,7 @@ async def test_a_store_error_in_the_block_cancels_the_writer(
     assert info.value is error
     # Not the 5 s write: one last try within the cleanup budget, which it outlasts.
     assert trio.current_time() == 1.0
-    assert writes.committed == []
+    assert writes.committed_keys == []
     assert writes.unconfirmed == [1]
     recorder.close()
     # The write in flight, cancelled; then the final flush, which runs out of time.
@@ -441,7 +443,7 @@ async def test_a_failed_writer_is_raised_in_place_of_the_block_error(
         await _admit_then_raise(writes.open(store), ValueError("a row failed"))
     assert info.value is failure
     assert not any("further error" in note for note in getattr(failure, "__notes__", []))
-    assert writes.committed == []
+    assert writes.committed_keys == []
 
 
 async def test_a_cancelled_writer_block_makes_one_last_flush(
@@ -454,7 +456,7 @@ async def test_a_cancelled_writer_block_makes_one_last_flush(
             await trio.sleep_forever()
     # Cancelled at 3 s, before its 10 s flush deadline: committed by the final flush.
     assert trio.current_time() == 3.5
-    assert writes.committed == ["1"]
+    assert writes.committed_keys == ["1"]
 
 
 # -- rules of the room, read from its source ----------------------------------

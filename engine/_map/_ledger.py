@@ -3,11 +3,11 @@
 What a map reports (completed, failed, skipped, duplicates, waiting,
 unconfirmed) is counted here and nowhere else: rows skipped as the pages are
 planned (:meth:`CommitLedger.planned`), rows committed as the terminal-row
-writer confirms each batch (:meth:`CommitLedger.committed`, the writer's
-``on_commit``), rows the store refused to write (:meth:`CommitLedger.refused`,
-the writer's ``on_refused``), rows suspended on an event wait
-(:meth:`CommitLedger.waiting`), rows of a write whose outcome is unknown
-(:meth:`CommitLedger.unconfirmed_rows`, the writer's ``on_unconfirmed``). A
+writer confirms each batch (:meth:`CommitLedger.committed`), rows the store
+refused to write (:meth:`CommitLedger.refused`), rows suspended on an event
+wait (:meth:`CommitLedger.waiting`), rows of a write whose outcome is unknown
+(:meth:`CommitLedger.unconfirmed_rows`); the ledger is the writer's
+``commits``. A
 row counts as completed or failed only once its batch has committed.
 
 The ledger also knows *which* input positions each count covers (one byte
@@ -196,7 +196,7 @@ class CommitLedger:
             raise MapAccountingError(self._report.name, read, counted, missing)
 
     def committed(self, batch: list[TerminalRow]) -> None:
-        """A batch of terminal rows committed (the writer's ``on_commit``)."""
+        """A batch of terminal rows committed (the writer tells its ``commits``)."""
         result = self.result
         done = self._done
         accounted = self._accounted
@@ -214,7 +214,7 @@ class CommitLedger:
         self._report.changed()
 
     def refused(self, items: list[tuple[TerminalRow, SheetWrite]]) -> None:
-        """Rows the store did not write (the writer's ``on_refused``).
+        """Rows the store did not write (the writer tells its ``commits``).
 
         ``kept``: the row failed here, but the key is completed in the sheet
         (a peer ran it): counted as skipped. ``fenced``: the row's page

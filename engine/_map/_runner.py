@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 import trio
 
 from .._errors import (
@@ -81,12 +82,9 @@ async def run_map(
         services.store,
         services.run_id,
         name,
-        buffer_bytes=limits.writer_buffer_bytes,
-        max_flush=limits.writer_max_flush,
+        limits,
         cleanup=services.cleanup,
-        on_commit=ledger.committed,
-        on_unconfirmed=ledger.unconfirmed_rows,
-        on_refused=ledger.refused,
+        commits=ledger,
         report=report,
     )
     status = "failed"
@@ -135,37 +133,34 @@ async def run_map(
         report.ended(status, ledger.counts())
 
 
+@attrs.define(eq=False)
 class _MapRun:
     """The pages and rows of one map: schedule pages, run a page, resolve a row, hand it on."""
 
-    def __init__(
-        self,
-        services: RunServices,
-        name: str,
-        columns: Columns,
-        on_row_error: OnRowError,
-        page_size: int,
-        *,
-        planner: RowPlanner,
-        ledger: CommitLedger,
-        report: MapReport,
-        writer: TerminalRowWriter,
-    ) -> None:
-        self.services = services
-        self.name = name
-        self.columns = columns
-        self.on_row_error = on_row_error
-        self.page_size = page_size
-        self.limits = services.limits
-        self.planner = planner
-        self.ledger = ledger
-        self.result = ledger.result  # read for the preview, never counted here
-        self.report = report
-        self.writer = writer
+    services: RunServices
+    name: str
+    columns: Columns
+    on_row_error: OnRowError
+    page_size: int
+    planner: RowPlanner = attrs.field(kw_only=True)
+    ledger: CommitLedger = attrs.field(kw_only=True)
+    report: MapReport = attrs.field(kw_only=True)
+    writer: TerminalRowWriter = attrs.field(kw_only=True)
+    result: MapResult = attrs.field(init=False)  # read for the preview, never counted here
+    admission: RowAdmission = attrs.field(init=False)
+    pages: PageLeases = attrs.field(init=False)
+    rows: RowResolver = attrs.field(init=False)
+    lost: list[tuple[int, int]] = attrs.field(init=False, factory=list)
+    """(offset, length) of the pages lost to a peer."""
+
+    def __attrs_post_init__(self) -> None:
+        services = self.services
+        self.result = self.ledger.result
         self.admission = RowAdmission(services.row_limiter, services.row_budget)
-        self.pages = PageLeases.of_map(services, name)
-        self.rows = RowResolver(services, name, columns, self.admission, self.pages, report)
-        self.lost: list[tuple[int, int]] = []  # (offset, length) of pages lost to a peer
+        self.pages = PageLeases.of_map(services, self.name)
+        self.rows = RowResolver(
+            services, self.name, self.columns, self.admission, self.pages, self.report
+        )
 
     async def run_pages(
         self, rows: Iterator[Any], reread: Callable[[int, int], list[Any]] | None
@@ -291,7 +286,7 @@ class _MapRun:
             observer = MapStallObserver(
                 map_name=self.name,
                 page_offset=offset,
-                interval=self.limits.stall_log_interval,
+                interval=self.services.limits.stall_log_interval,
                 writer_diagnostics=self.writer.diagnostics,
                 emit=report.stalled,
                 store_calls=self.services.store_calls,
