@@ -11,6 +11,7 @@ from trioplay.scenario import Expect, Scenario, Setup
 from ..faults import RateLimitStorm, Scheduled
 from ..simulated import Latency, SimulatedProvider
 from ._common import calls, leads, map_play, registry
+from ._finder import finder, finder_play
 
 if TYPE_CHECKING:
     from trioplay import Row
@@ -19,16 +20,9 @@ if TYPE_CHECKING:
 
 def hung_call(name: str, seed: int, *, rows: int, tool_timeout: float) -> Setup:
     """``rows`` rows through ``finder`` (acme), whose call for ``d17.example`` never returns."""
-    finder = SimulatedProvider(
-        tool_id="finder",
-        provider="acme",
-        seed=seed,
-        latency=Latency(median=0.2, p99=2.0),
-        hang_keys={"d17.example"},
-    )
     return Setup(
-        play=map_play(name, leads(rows), ("email", calls("finder"))),
-        tools=registry(finder),
+        play=finder_play(name, rows),
+        tools=registry(finder(seed, Latency(median=0.2, p99=2.0), hang_keys={"d17.example"})),
         limits=Limits(tool_timeout=tool_timeout),
         deadline=max(6 * 3600.0, 2 * tool_timeout),
     )
@@ -57,18 +51,9 @@ HUNG_PROVIDER = Scenario(
 
 
 def _rate_limit_storm(seed: int) -> Setup:
-    finder = SimulatedProvider(
-        tool_id="finder",
-        provider="acme",
-        seed=seed,
-        latency=Latency(median=0.05, p99=0.4),
-        concurrency=4,
-    )
-    storm = RateLimitStorm(tool=finder, start=0.5, duration=150.0, retry_after=30.0, retries=20)
-    return Setup(
-        play=map_play("rate-limit-storm", leads(100), ("email", calls("finder"))),
-        tools=registry(storm),
-    )
+    quick = finder(seed, Latency(median=0.05, p99=0.4), concurrency=4)
+    storm = RateLimitStorm(tool=quick, start=0.5, duration=150.0, retry_after=30.0, retries=20)
+    return Setup(play=finder_play("rate-limit-storm", 100), tools=registry(storm))
 
 
 RATE_LIMIT_STORM = Scenario(
@@ -146,14 +131,12 @@ COLLAPSE = 120.0  # creeping-provider: when its calls slow down
 
 
 def _creeping_provider(seed: int) -> Setup:
-    finder = SimulatedProvider(
-        tool_id="finder", provider="acme", seed=seed, latency=Latency(0.5, 1.5), concurrency=2
-    )
     # Two minutes in, every call takes 20 s more: ~6 commits a minute instead of ~200.
-    creeping = Scheduled(tool=finder, latency=((COLLAPSE, 20.0),))
+    creeping = Scheduled(
+        tool=finder(seed, Latency(0.5, 1.5), concurrency=2), latency=((COLLAPSE, 20.0),)
+    )
     return Setup(
-        play=map_play("creeping-provider", leads(500), ("email", calls("finder")), page_size=500),
-        tools=registry(creeping),
+        play=finder_play("creeping-provider", 500, page_size=500), tools=registry(creeping)
     )
 
 

@@ -7,22 +7,20 @@ from typing import TYPE_CHECKING
 from trioplay.scenario import Expect, Scenario, Setup
 
 from ..faults import CpuHog
-from ..simulated import Latency, SimulatedProvider
-from ._common import calls, leads, map_play, registry
+from ..simulated import Latency
+from ._common import registry
+from ._finder import finder, finder_play
 
 if TYPE_CHECKING:
     from trioplay.scenario import ScenarioResult
 
 
 def _loop_starvation(seed: int) -> Setup:
-    finder = SimulatedProvider(
-        tool_id="finder", provider="acme", seed=seed, latency=Latency(0.5, 4)
-    )
     # Three rows compute for 45 s each without an await.
     hog = CpuHog(45.0, field="domain", keys={"d10.example", "d11.example", "d12.example"})
     return Setup(
-        play=map_play("loop-starvation", leads(50), ("email", calls("finder")), ("score", hog)),
-        tools=registry(finder),
+        play=finder_play("loop-starvation", 50, ("score", hog)),
+        tools=registry(finder(seed, Latency(0.5, 4))),
     )
 
 
@@ -45,10 +43,9 @@ LOOP_STARVATION = Scenario(
 
 
 def _cancel_mid_page(seed: int) -> Setup:
-    finder = SimulatedProvider(tool_id="finder", provider="acme", seed=seed, latency=Latency(1, 8))
     return Setup(
-        play=map_play("cancel-mid-page", leads(3000), ("email", calls("finder")), page_size=1000),
-        tools=registry(finder),
+        play=finder_play("cancel-mid-page", 3000, page_size=1000),
+        tools=registry(finder(seed, Latency(1, 8))),
         deadline=12.0,
     )
 

@@ -6,20 +6,15 @@ from trioplay import Limits
 from trioplay.scenario import Expect, Scenario, Setup
 
 from ..faults import DispatcherCrash, HeldElsewhere, LeaseRejection, SlowStore, StoreOutage
-from ..simulated import Latency, SimulatedProvider
-from ._common import calls, leads, map_play, registry
-
-QUICK = Latency(0.05, 0.3)
-
-
-def _finder(seed: int, latency: Latency | float = QUICK) -> SimulatedProvider:
-    return SimulatedProvider(tool_id="finder", provider="acme", seed=seed, latency=latency)
+from ..simulated import Latency
+from ._common import registry
+from ._finder import finder, finder_play
 
 
 def _writer_backpressure(seed: int) -> Setup:
     return Setup(
-        play=map_play("writer-backpressure", leads(12), ("email", calls("finder")), page_size=3),
-        tools=registry(_finder(seed)),
+        play=finder_play("writer-backpressure", 12, page_size=3),
+        tools=registry(finder(seed)),
         store=lambda store: SlowStore(
             store, Latency(median=30, p99=50), seed=seed, operations={"write_terminal_rows"}
         ),
@@ -44,8 +39,8 @@ def _store_outage(seed: int) -> Setup:
     # (from 5 s, 13 seeds of 100 finished before the outage began). Leases of
     # 10 min outlive the outage: the rows it catches in flight keep theirs.
     return Setup(
-        play=map_play("store-outage", leads(300), ("email", calls("finder"))),
-        tools=registry(_finder(seed, Latency(0.5, 3.0))),
+        play=finder_play("store-outage", 300),
+        tools=registry(finder(seed, Latency(0.5, 3.0))),
         store=lambda store: StoreOutage(store, start=1.0, duration=180.0),
         limits=Limits(lease_ttl=600),
     )
@@ -62,8 +57,8 @@ STORE_OUTAGE = Scenario(
 
 def _lease_loss(seed: int) -> Setup:
     return Setup(
-        play=map_play("lease-loss", leads(20), ("email", calls("finder"))),
-        tools=registry(_finder(seed, 100.0)),
+        play=finder_play("lease-loss", 20),
+        tools=registry(finder(seed, 100.0)),
         # Heartbeats every 30 s; from 40 s on the store says every lease is gone.
         store=lambda store: LeaseRejection(store, start=40.0),
     )
@@ -79,8 +74,8 @@ LEASE_LOSS = Scenario(
 
 def _dispatcher_crash(seed: int) -> Setup:
     return Setup(
-        play=map_play("dispatcher-crash", leads(500), ("email", calls("finder"))),
-        tools=registry(_finder(seed)),
+        play=finder_play("dispatcher-crash", 500),
+        tools=registry(finder(seed)),
         store=lambda store: DispatcherCrash(store, after=3),
     )
 
@@ -96,8 +91,8 @@ DISPATCHER_CRASH = Scenario(
 
 def _receipt_held_elsewhere(seed: int) -> Setup:
     return Setup(
-        play=map_play("receipt-held-elsewhere", leads(20), ("email", calls("finder"))),
-        tools=registry(_finder(seed)),
+        play=finder_play("receipt-held-elsewhere", 20),
+        tools=registry(finder(seed)),
         # Another host claimed every receipt with a 150 s lease, then went quiet.
         store=lambda store: HeldElsewhere(store, lease_ttl=150.0),
     )
