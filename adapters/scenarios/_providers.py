@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from trioplay import Limits
 from trioplay.events import MapProgress, MapStall
-from trioplay.scenario import Expect, Scenario, Setup
+from trioplay.scenario import Cause, Expect, Rows, Scenario, Setup
 
 from ..faults import RateLimitStorm, Scheduled
 from ..simulated import Latency, SimulatedProvider
@@ -37,14 +37,8 @@ HUNG_PROVIDER = Scenario(
     description="one call never returns: its page stalls until the tool timeout fails its row",
     setup=_hung_provider,
     expect=Expect(
-        outcome="completed",
-        completed=199,
-        failed=1,
-        row_errors="ToolTimeout",
-        stalled=True,
-        phase="resolver",
-        tool="finder",
-        provider="acme",
+        rows=Rows(completed=199, failed=1, failed_with="ToolTimeout"),
+        stall=Cause(phase="resolver", tool="finder", provider="acme"),
     ),
     seeded=True,
 )
@@ -61,12 +55,7 @@ RATE_LIMIT_STORM = Scenario(
     description="the provider answers 429 (Retry-After 30 s) for 150 s: rows wait in the governor",
     setup=_rate_limit_storm,
     expect=Expect(
-        outcome="completed",
-        completed=100,
-        failed=0,
-        stalled=True,
-        phase="governor",
-        provider="acme",
+        rows=Rows(completed=100, failed=0), stall=Cause(phase="governor", provider="acme")
     ),
     seeded=True,
 )
@@ -114,13 +103,8 @@ PROVIDER_STARVATION = Scenario(
     ),
     setup=_provider_starvation,
     expect=Expect(
-        outcome="completed",
-        completed=80,
-        failed=40,
-        row_errors="ToolTimeout",
-        stalled=True,
-        phase="governor",
-        provider="stuck-co",
+        rows=Rows(completed=80, failed=40, failed_with="ToolTimeout"),
+        stall=Cause(phase="governor", provider="stuck-co"),
         check=_the_stuck_provider_is_contained,
     ),
     seeded=True,
@@ -166,12 +150,8 @@ CREEPING_PROVIDER = Scenario(
     ),
     setup=_creeping_provider,
     expect=Expect(
-        outcome="completed",
-        completed=500,
-        failed=0,
-        stalled=True,
-        phase="resolver",
-        provider="acme",
+        rows=Rows(completed=500, failed=0),
+        stall=Cause(phase="resolver", provider="acme"),
         check=_the_collapse_is_named,
     ),
     seeded=True,

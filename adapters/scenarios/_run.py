@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trioplay.scenario import Expect, Scenario, Setup
+from trioplay.scenario import NO_STALL, Cause, Expect, Rows, Scenario, Setup
 
 from ..faults import CpuHog
 from ..simulated import Latency
@@ -31,12 +31,7 @@ LOOP_STARVATION = Scenario(
     ),
     setup=_loop_starvation,
     expect=Expect(
-        outcome="completed",
-        completed=50,
-        failed=0,
-        stalled=True,
-        phase="loop",
-        events=("loop.lag",),
+        rows=Rows(completed=50, failed=0), stall=Cause(phase="loop"), events=("loop.lag",)
     ),
     seeded=True,
 )
@@ -64,6 +59,6 @@ CANCEL_MID_PAGE = Scenario(
         "the run is cancelled 12 s in, in the middle of a page: it ends at once, its commits kept"
     ),
     setup=_cancel_mid_page,
-    expect=Expect(outcome="interrupted", stalled=False, check=_reported_rows_are_stored),
+    expect=Expect(outcome="interrupted", stall=NO_STALL, check=_reported_rows_are_stored),
     seeded=True,
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trioplay import Limits
-from trioplay.scenario import Expect, Scenario, Setup
+from trioplay.scenario import NO_STALL, Cause, Expect, Rows, Scenario, Setup
 
 from ..faults import DispatcherCrash, HeldElsewhere, LeaseRejection, SlowStore, StoreOutage
 from ..simulated import Latency
@@ -27,9 +27,7 @@ WRITER_BACKPRESSURE = Scenario(
     name="writer-backpressure",
     description="sheet writes take ~30 s and hold one row each: finished rows queue for the writer",
     setup=_writer_backpressure,
-    expect=Expect(
-        outcome="completed", completed=12, failed=0, stalled=True, phase="writer_admission"
-    ),
+    expect=Expect(rows=Rows(completed=12, failed=0), stall=Cause(phase="writer_admission")),
     seeded=True,
 )
 
@@ -50,7 +48,7 @@ STORE_OUTAGE = Scenario(
     name="store-outage",
     description="the store stops answering for 3 min from 1 s on: the stall line names the store",
     setup=_store_outage,
-    expect=Expect(outcome="completed", completed=300, failed=0, stalled=True, phase="store"),
+    expect=Expect(rows=Rows(completed=300, failed=0), stall=Cause(phase="store")),
     seeded=True,
 )
 
@@ -68,7 +66,7 @@ LEASE_LOSS = Scenario(
     name="lease-loss",
     description="calls take 100 s; at the 60 s heartbeat the store says their leases are gone",
     setup=_lease_loss,
-    expect=Expect(outcome="completed", completed=0, failed=20, row_errors="LeaseLost"),
+    expect=Expect(rows=Rows(completed=0, failed=20, failed_with="LeaseLost")),
 )
 
 
@@ -84,7 +82,7 @@ DISPATCHER_CRASH = Scenario(
     name="dispatcher-crash",
     description=("the fourth claim batch crashes the dispatcher: every waiting row gets its error"),
     setup=_dispatcher_crash,
-    expect=Expect(outcome="completed", stalled=False, row_errors="RuntimeError"),
+    expect=Expect(rows=Rows(failed_with="RuntimeError"), stall=NO_STALL),
     seeded=True,
 )
 
@@ -107,14 +105,13 @@ RECEIPT_HELD_ELSEWHERE = Scenario(
     # Every line: the rows wait on the other host's leases (phase receipt, the
     # owner named), no call of theirs has started.
     expect=Expect(
-        outcome="completed",
-        completed=20,
-        failed=0,
-        stalled=True,
-        phase="receipt",
-        provider="acme",
-        fields={"oldest_receipt_owner": "peer.invalid/4242/1"},
-        every_line=True,
+        rows=Rows(completed=20, failed=0),
+        stall=Cause(
+            phase="receipt",
+            provider="acme",
+            fields={"oldest_receipt_owner": "peer.invalid/4242/1"},
+            every_line=True,
+        ),
     ),
     seeded=True,
 )

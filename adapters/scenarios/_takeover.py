@@ -6,7 +6,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from trioplay.events import CallFinished, CallStarted, PageLost, RowCommitted
-from trioplay.scenario import Expect, Scenario, Setup
+from trioplay.scenario import Expect, Rows, Scenario, Setup
 
 from ..faults import PeerTakeover
 from ..simulated import SimulatedProvider
@@ -87,10 +87,7 @@ PEER_TAKEOVER = Scenario(
     ),
     setup=_peer_takeover,
     expect=Expect(
-        outcome="completed",
-        completed=ROWS - len(SLOW),
-        failed=0,
-        handed_over=len(SLOW),
+        rows=Rows(completed=ROWS - len(SLOW), failed=0, handed_over=len(SLOW)),
         events=("page.lost",),
         check=_lost_rows_handed_over_once,
     ),
