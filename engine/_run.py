@@ -25,12 +25,11 @@ from ._errors import (
     PlayCycleError,
     PlayDefinitionError,
     PlayDepthExceeded,
-    PlayInputError,
     RunIdConflict,
     RunWaiting,
     format_error,
 )
-from ._json import canonical_json
+from ._json import play_input_json
 from ._keys import child_play_key, child_run_id, fetch_receipt_key
 from ._phase import StoreCalls, child_done, current_row, waiting_on_child
 from ._receipts import Dispatcher, local_executor
@@ -134,12 +133,7 @@ class RunServices:
         if runner is None:
             raise PlayDefinitionError("child plays run only in a runtime's run")
         fn, name = runner.find_play(child)
-        try:
-            input_json = canonical_json(input)
-        except (TypeError, ValueError) as exc:
-            raise PlayInputError(
-                f"the input of child play {name!r} must be JSON-serialisable: {exc}"
-            ) from None
+        input_json = play_input_json(input, f"the input of child play {name!r}")
         lineage = self.tree.child(self.run_id, name, self.limits)
         scope.count(self.limits, self.run_id, self.children_started)
         self.children_started += 1

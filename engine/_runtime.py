@@ -23,14 +23,13 @@ from ._collector import tuned_for_run
 from ._context import PlayContext
 from ._errors import (
     PlayDefinitionError,
-    PlayInputError,
     RunCancelled,
     RunIdConflict,
     RunWaiting,
     format_error,
 )
 from ._governor import Governor
-from ._json import canonical_json, digest, dumps, dumps_output
+from ._json import digest, dumps, dumps_output, play_input_json
 from ._limits import FetchTimeouts, Limits
 from ._loop_lag import LoopWatch
 from ._owner import current_owner
@@ -60,6 +59,18 @@ log = logging.getLogger("trioplay")
 
 class Play(Protocol):
     def __call__(self, ctx: PlayContext, input: Any, /) -> Awaitable[Any]: ...
+
+
+class RuntimeSettings(Protocol):
+    """What ``open_runtime(settings=...)`` reads: the command line's configuration
+    (``trioplay._cli._config.Settings``) and a scenario's ``Setup`` are such records."""
+
+    @property
+    def limits(self) -> Limits | None: ...
+    @property
+    def fetch_timeouts(self) -> FetchTimeouts | None: ...
+    @property
+    def allow_networks(self) -> Sequence[str]: ...
 
 
 _P = TypeVar("_P", bound=Play)
@@ -405,10 +416,7 @@ async def _begin_attempt(
     now: float,
 ) -> RunRecord:
     """Begin the run's next attempt in the store, or refuse the run (before anything runs)."""
-    try:
-        input_json = canonical_json(input)
-    except (TypeError, ValueError) as exc:
-        raise PlayInputError(f"play input must be JSON-serialisable: {exc}") from None
+    input_json = play_input_json(input, "play input")
     if run_id is None:
         run_id = default_run_id(name, input_json)
     begin: dict[str, Any] = {} if play_ref is None else {"play_ref": play_ref}
@@ -539,6 +547,7 @@ async def open_runtime(
     wall_clock: Callable[[], float] = time.time,
     recorder: Recorder | None = None,
     plays: Sequence[Play] = (),
+    settings: RuntimeSettings | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: ``async with open_runtime(store=..., tools=...) as rt:``.
 
@@ -551,9 +560,16 @@ async def open_runtime(
     ``fetch`` (tests, scenarios); ``wall_clock`` is the clock of lease
     expiry and stored timestamps. ``plays`` are the plays a child call may
     name (``ctx.play("score-account", input)``); a play run here is known too.
+    ``settings`` gives ``limits``, ``fetch_timeouts`` and ``allow_networks``
+    as one record, instead of those three keywords (with any of them: ``TypeError``).
 
     On exit every task, socket and connection the runtime opened is closed.
     """
+    if settings is not None:
+        if limits is not None or fetch_timeouts is not None or allow_networks:
+            raise TypeError("open_runtime: give settings= or its three keywords, not both")
+        limits, fetch_timeouts = settings.limits, settings.fetch_timeouts
+        allow_networks = settings.allow_networks
     limits = limits or Limits()
     # on_event is a sink of the recorder's, live: the recorder is the one stream.
     listener = EventListener(on_event) if on_event is not None else None
