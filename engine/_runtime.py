@@ -43,7 +43,7 @@ from ._tools import ToolRegistry
 from ._trace._listen import EventListener
 from ._trace._recorder import Recorder
 from ._trace._records import RunFinished, RunStarted
-from ._waits import MISSING, RunWaits, event_request, run_waiting, send_checked, suspension
+from ._waits import MISSING, event_request, run_waiting, send_checked, suspension
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -247,52 +247,27 @@ class Runtime:
         dispatcher: Dispatcher | None = None
         try:
             store_calls = StoreCalls()
-            store = store_calls.watch(self._store)
             setup = DispatchSetup(
-                store=store,
+                run_id=run_id,
+                attempt=record.attempt,
+                play=name,
+                owner=self.owner,
+                lineage=lineage,
+                store=store_calls.watch(self._store),
+                store_calls=store_calls,
+                limits=self.limits,
+                wall_clock=self.wall_clock,
+                cleanup=cleanup,
+                facts=self.facts,
+                trace=self.trace,
                 governor=self.governor,
                 tools=self.tools,
-                limits=self.limits,
-                run_id=run_id,
-                owner=self.owner,
-                wall_clock=self.wall_clock,
                 fetch=self.raw_fetch,
-                trace=self.trace,
-                cleanup=cleanup,
             )
             async with open_dispatcher(setup) as dispatcher:
                 stats = dispatcher.stats
                 loop_watch = LoopWatch(self.limits.loop_lag_threshold, self.facts, run_id)
-                row_limiter, row_budget = self.depths.of(lineage.depth if lineage else 0)
-                waits = RunWaits(
-                    store=store,
-                    run_id=run_id,
-                    limits=self.limits,
-                    wall_clock=self.wall_clock,
-                    spawn=dispatcher.start_soon,
-                    trace=self.trace,
-                )
-                services = RunServices(
-                    run_id=run_id,
-                    attempt=record.attempt,
-                    play=name,
-                    store=store,
-                    limits=self.limits,
-                    owner=self.owner,
-                    wall_clock=self.wall_clock,
-                    row_limiter=row_limiter,
-                    row_budget=row_budget,
-                    receipts=dispatcher,
-                    fetcher=self.fetcher,
-                    facts=self.facts,
-                    trace=self.trace,
-                    store_calls=store_calls,
-                    loop_watch=loop_watch,
-                    cleanup=cleanup,
-                    lineage=lineage,
-                    children=self,
-                    waits=waits,
-                )
+                services = RunServices(run=setup, receipts=dispatcher, runtime=self)
                 returned: list[Any] = []
                 done = trio.Event()
 
@@ -315,10 +290,10 @@ class Runtime:
                 dispatcher.start_soon(loop_watch.run)
                 dispatcher.start_soon(body)
                 await done.wait()
-            if waits.suspended:
+            if services.waits.suspended:
                 status = "waiting"
                 raise await run_waiting(
-                    self._store, run_id, list(waits.suspended.values()), self.wall_clock()
+                    self._store, run_id, list(services.waits.suspended.values()), self.wall_clock()
                 )
             [output] = returned
             try:
