@@ -123,6 +123,14 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
         {},
     ),
     "event-before-waiter": ("completed", {"completed": 30, "failed": 0}, {}, set(), {}),
+    # Issue 26: page 0's three running rows are left to the peer that took it over.
+    "peer-takeover": (
+        "completed",
+        {"completed": 37, "failed": 0, "handed_over": 3},
+        {},
+        set(),
+        {},
+    ),
 }
 
 
@@ -143,8 +151,9 @@ def _run(name: str, seed: int = 0) -> ScenarioResult:
 
 def test_the_scenarios_of_the_issues_are_built_in() -> None:
     assert set(NAMES) == set(STORIES)
-    # twelve of issue 12, two of issue 22 (waits), one of issue 26 (slow progress)
-    assert len(NAMES) == len(set(NAMES)) == 15
+    # twelve of issue 12, two of issue 22 (waits), two of issue 26 (slow progress,
+    # a peer taking over a page)
+    assert len(NAMES) == len(set(NAMES)) == 16
 
 
 @pytest.mark.parametrize("name", NAMES)

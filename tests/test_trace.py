@@ -194,10 +194,10 @@ async def test_the_chrome_trace_is_valid_and_has_tracks_per_page_and_provider(
     await _record(play, tools, ChromeTraceSink(text), limits=limits)
     events = check_chrome_trace(json.loads(text.getvalue()))
     names = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
-    assert {"s page 0", "s page 0 #2", "finder", "run", "s"} <= names
-    rows = [e for e in events if e["ph"] == "X" and e["pid"] == 2 and e["name"].endswith("example")]
+    assert {"s pages", "slot", "slot #2", "finder", "run", "s"} <= names
+    rows = [e for e in events if e["ph"] == "X" and e["pid"] == 3 and e["name"].endswith("example")]
     assert len(rows) == 300
-    assert {e["name"] for e in events if e["ph"] == "X" and e["pid"] == 2} >= {
+    assert {e["name"] for e in events if e["ph"] == "X" and e["pid"] == 3} >= {
         "resolver",
         "writer admission",
         "writer commit",
@@ -230,7 +230,7 @@ def test_the_timeline_is_an_svg_with_axes_legend_and_stall_causes() -> None:
         "fetch",
         "writer admission",
         "writer commit",
-        "stall line",
+        "stall line (band: its page without a commit)",
         "provider finder",
         "time since the first event (s)",
         "rows",
