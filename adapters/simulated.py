@@ -40,6 +40,13 @@ def _non_negative(_instance: object, attribute: attrs.Attribute[float], value: f
         raise ValueError(f"{attribute.name} must be zero or positive, got {value!r}")
 
 
+def _at_least_one(
+    _instance: object, attribute: attrs.Attribute[int | None], value: int | None
+) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"{attribute.name} must be at least 1, got {value}")
+
+
 def _probability(_instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{attribute.name} must be between 0 and 1, got {value!r}")
@@ -147,7 +154,7 @@ class SimulatedProvider:
     result: Callable[[dict[str, Any]], Any] | None = None
     rate: Rate | None = None
     concurrency: int | None = None
-    batch_size: int | None = None
+    batch_size: int | None = attrs.field(default=None, validator=_at_least_one)
     log_path: str | os.PathLike[str] | None = None
 
     calls: list[tuple[str, Outcome]] = attrs.field(init=False, factory=list)
@@ -158,8 +165,6 @@ class SimulatedProvider:
         total = self.error_rate + self.transient_rate + self.rate_limit_rate + self.hang_rate
         if total > 1.0:
             raise ValueError(f"the failure rates of {self.tool_id!r} add up to {total:g}, above 1")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
 
     def tool_spec(self) -> ToolSpec:
         """The registry entry: this object as the tool, :meth:`batch` with ``batch_size``."""

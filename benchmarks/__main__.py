@@ -131,6 +131,7 @@ def _peers(args: argparse.Namespace) -> Any:
     default = peers.QUICK_CONTENDERS if args.quick else peers.CONTENDERS
     return peers.run(
         rows=args.rows or (peers.QUICK_ROWS if args.quick else peers.DEFAULT_ROWS),
+        latency_rows=peers.QUICK_LATENCY_ROWS if args.quick else peers.LATENCY_ROWS,
         rounds=args.rounds or (1 if args.quick else peers.DEFAULT_ROUNDS),
         contenders=tuple(args.only.split(",")) if args.only else default,
         quick=args.quick,
@@ -211,7 +212,7 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
     "latency": (_latency, "rows/s with 50 and 500 ms tools vs raw Trio's same sleeps"),
     "peers": (
         _peers,
-        "trioplay vs DBOS Transact (SQLite), and the PostgreSQL thread vs trio-asyncio bridge",
+        "trioplay vs DBOS Transact (SQLite and PostgreSQL), and the thread vs trio-asyncio bridge",
     ),
     "store-calls": (
         _store_calls,

@@ -17,6 +17,14 @@ rotates, the best of each counting:
   equally durably. The target (**at least 50 x**) is judged against the
   faster DBOS.
 
+**DBOS on PostgreSQL** (:data:`RACES`): ``trioplay-pg`` against ``dbos-pg``,
+the same rows on a fresh store of :data:`benchmarks.workload.POSTGRES`
+(trioplay a new schema, DBOS a new database it makes; all dropped after),
+and ``trioplay-pg-50ms`` against ``dbos-pg-50ms``, :data:`LATENCY_ROWS` rows
+whose two steps each wait 50 ms, 256 rows in flight (DBOS in its asyncio
+idiom, one async workflow per row). These races have no target: the ratio
+is printed and saved.
+
 A time counts setting up (trioplay: opening the runtime and store; DBOS:
 configuring and launching it), the work, and closing. Every run is checked:
 trioplay as in the throughput benchmark, DBOS by its rows (the last one
@@ -43,8 +51,8 @@ backend of ours still runs it 1 s later), and whether the connection then
 answers a ``SELECT 1``.
 
 ``python -m benchmarks peers [--rows N] [--rounds R] [--only A,B]`` (``A,B``
-among ``trioplay,dbos,dbos-wal,bridge``); ``--quick``: 300 rows, one round,
-``trioplay,dbos-wal,bridge``, few round trips, and it never installs: it
+among :data:`CONTENDERS`); ``--quick``: 300 rows (512 in the latency race), one
+round, every contender but ``dbos``, few round trips, and it never installs: it
 uses the virtualenv an earlier run made, or skips.
 """
 
@@ -62,18 +70,23 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import attrs
 import trio
 
+from . import latency as latency_bench
 from . import throughput
 from .workload import (
     POSTGRES,
     chosen,
     clean_env,
+    drop_schemas,
     expected_row,
     install_venv,
     machine,
     postgres_problem,
+    postgres_url,
     save_results,
     stamp,
     tail,
@@ -85,8 +98,19 @@ PINS = (DBOS_PIN, TRIO_ASYNCIO_PIN)
 DEFAULT_ROWS = 3_000
 DEFAULT_ROUNDS = 3
 QUICK_ROWS = 300
-CONTENDERS = ("trioplay", "dbos", "dbos-wal", "bridge")
-QUICK_CONTENDERS = ("trioplay", "dbos-wal", "bridge")
+LATENCY_ROWS = 2_560
+QUICK_LATENCY_ROWS = 512
+CONTENDERS = (
+    "trioplay",
+    "dbos",
+    "dbos-wal",
+    "trioplay-pg",
+    "dbos-pg",
+    "trioplay-pg-50ms",
+    "dbos-pg-50ms",
+    "bridge",
+)
+QUICK_CONTENDERS = tuple(name for name in CONTENDERS if name != "dbos")
 TARGET_RATIO = 50.0
 ROUND_TRIPS = 2_000
 QUICK_ROUND_TRIPS = 200
@@ -134,60 +158,139 @@ def site_packages(python: Path) -> str:
 
 
 # -- trioplay and DBOS, each run in a fresh process --------------------------
-def trioplay_child(rows: int, db: str) -> None:
-    """``--child-trioplay``: one run of the throughput play on ``db``, as a JSON line."""
-    out = trio.run(lambda: throughput.run_trioplay(rows, f"sqlite:///{db}"))
+@attrs.frozen
+class Race:
+    """One workload both sides run: its store, the tools' latency, the rows in flight."""
+
+    name: str
+    store: str  # "sqlite" or "postgres"
+    latency: float = 0.0
+    in_flight: int = latency_bench.IN_FLIGHT
+    target: float | None = None  # trioplay's least ratio over the faster DBOS, if any
+
+    def describe(self, rows: int) -> str:
+        waits = f"steps that wait {self.latency * 1e3:g} ms, " if self.latency else ""
+        flight = f"{self.in_flight} rows in flight, " if self.latency else ""
+        return f"{rows:,} rows, two durable calls each, {waits}{flight}{self.store}"
+
+
+RACES = {
+    "sqlite": Race("sqlite", "sqlite", target=TARGET_RATIO),
+    "postgres": Race("postgres", "postgres"),
+    "postgres-50ms": Race("postgres-50ms", "postgres", latency=0.05),
+}
+# contender -> (its race, the DBOS SQLite settings); "trioplay*" are the reference of each race
+RACERS = {
+    "trioplay": ("sqlite", ""),
+    "dbos": ("sqlite", "shipped"),
+    "dbos-wal": ("sqlite", "wal"),
+    "trioplay-pg": ("postgres", ""),
+    "dbos-pg": ("postgres", ""),
+    "trioplay-pg-50ms": ("postgres-50ms", ""),
+    "dbos-pg-50ms": ("postgres-50ms", ""),
+}
+
+
+def trioplay_child(rows: int, url: str, latency: float, in_flight: int) -> None:
+    """``--child-trioplay``: one run of the throughput play on ``url``, as a JSON line."""
+    limits = latency_bench.limits(0.0, in_flight) if latency else None
+    out = trio.run(lambda: throughput.run_trioplay(rows, url, latency=latency, limits=limits))
     throughput.check_engine_run("trioplay", rows, out)
     print(json.dumps({"elapsed": out["elapsed"], "cpu": out["cpu"], "completed": rows}))
 
 
-def _measure(name: str, rows: int, db: Path, python: Path | None) -> dict[str, Any]:
-    if name == "trioplay":
-        command = [sys.executable, "-m", "benchmarks.peers", "--child-trioplay", str(rows)]
-        command.append(str(db))
+class _Databases:
+    """Fresh system databases: SQLite files in ``tmp``; PostgreSQL schemas (trioplay) and
+    databases (DBOS makes its own), all dropped by :meth:`drop`."""
+
+    def __init__(self, tmp: Path) -> None:
+        self._tmp = tmp
+        self._prefix = f"trioplay_peers_{uuid.uuid4().hex[:8]}"
+        self._count = 0
+        self.schemas: list[str] = []
+        self.databases: list[str] = []
+
+    def url(self, contender: str, store: str) -> str:
+        self._count += 1
+        if store == "sqlite":
+            return f"sqlite:///{self._tmp / f'{contender}-{self._count}.db'}"
+        name = f"{self._prefix}_{self._count}"
+        if contender.startswith("trioplay"):
+            self.schemas.append(name)
+            return postgres_url(name)
+        self.databases.append(name)
+        return urlunsplit(urlsplit(POSTGRES)._replace(path=f"/{name}"))
+
+    def drop(self) -> None:
+        import psycopg
+
+        if self.schemas:
+            drop_schemas(self.schemas)
+        with psycopg.connect(POSTGRES, autocommit=True, connect_timeout=3) as conn:
+            for name in self.databases:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _measure(name: str, rows: int, url: str, python: Path | None) -> dict[str, Any]:
+    race = RACES[RACERS[name][0]]
+    shape = [str(rows), url, str(race.latency), str(race.in_flight)]
+    if name.startswith("trioplay"):
+        command = [sys.executable, "-m", "benchmarks.peers", "--child-trioplay", *shape]
     else:
         assert python is not None
-        settings = "wal" if name == "dbos-wal" else "shipped"
-        command = [str(python), str(ROOT / "benchmarks" / "peers_dbos.py"), str(rows), str(db)]
-        command.append(settings)
+        script = str(ROOT / "benchmarks" / "peers_dbos.py")
+        command = [str(python), script, str(rows), url, RACERS[name][1], *shape[2:]]
     done = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, check=False, env=clean_env()
     )
     if done.returncode != 0:
         raise RuntimeError(f"peers: {name} failed:\n{tail(done.stdout + done.stderr)}")
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    if name != "trioplay":
+    if not name.startswith("trioplay"):
         expected = expected_row(rows - 1)
-        if (out["completed"], out["steps_recorded"], out["workflows"]) != (rows, 2 * rows, 1) or (
-            out["last"] != expected
-        ):
+        workflows = 1 if race.latency == 0 else rows
+        if (out["completed"], out["steps_recorded"], out["workflows"]) != (
+            rows,
+            2 * rows,
+            workflows,
+        ) or (out["last"] != expected):
             raise AssertionError(f"peers: {name} did not do the work: {out}")
     return out
 
 
-def race(rows: int, rounds: int, names: list[str], python: Path | None) -> dict[str, Any]:
-    print(f"peers: {rows:,} rows, two durable calls each, SQLite, best of {rounds} round(s)")
+def race(
+    race: Race, rows: int, rounds: int, names: list[str], python: Path | None
+) -> dict[str, Any]:
+    """``names`` (all of ``race``) in rounds whose order rotates; the best of each counts."""
+    print(f"peers: {race.describe(rows)}, best of {rounds} round(s)")
     seconds: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
     journal: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="trioplay-peers-") as tmp:
-        for round_no in range(rounds):
-            order = names[round_no % len(names) :] + names[: round_no % len(names)]
-            for name in order:
-                db = Path(tmp) / f"{name}-{round_no}.db"
-                out = _measure(name, rows, db, python)
-                seconds[name].append(out["elapsed"])
-                cpu[name].append(out["cpu"])
-                if "journal_mode" in out:
-                    journal[name] = out["journal_mode"]
-                print(
-                    f"  round {round_no + 1} {name:<9}{out['elapsed']:9.3f} s"
-                    f"{rows / out['elapsed']:>9,.0f} rows/s"
-                    f"{1e6 * out['cpu'] / rows:>9,.0f} µs CPU/row"
-                )
+        databases = _Databases(Path(tmp))
+        try:
+            for round_no in range(rounds):
+                order = names[round_no % len(names) :] + names[: round_no % len(names)]
+                for name in order:
+                    out = _measure(name, rows, databases.url(name, race.store), python)
+                    seconds[name].append(out["elapsed"])
+                    cpu[name].append(out["cpu"])
+                    if out.get("journal_mode"):
+                        journal[name] = out["journal_mode"]
+                    print(
+                        f"  round {round_no + 1} {name:<17}{out['elapsed']:9.3f} s"
+                        f"{rows / out['elapsed']:>9,.0f} rows/s"
+                        f"{1e6 * out['cpu'] / rows:>9,.0f} µs CPU/row"
+                    )
+        finally:
+            databases.drop()
     rate = {name: rows / min(times) for name, times in seconds.items()}
     cpu_per_row = {name: 1e6 * min(times) / rows for name, times in cpu.items()}
     result: dict[str, Any] = {
+        "workload": race.describe(rows),
+        "store": race.store,
+        "latency": race.latency,
+        "in_flight": race.in_flight,
         "rows": rows,
         "rounds": rounds,
         "seconds": seconds,
@@ -196,28 +299,33 @@ def race(rows: int, rounds: int, names: list[str], python: Path | None) -> dict[
         "cpu_us_per_row": cpu_per_row,
         "dbos_journal_mode": journal,
     }
-    print(f"  {'contender':<9}{'rows/s':>9}{'µs CPU/row':>12}{'trioplay x':>12}  rounds")
+    ours = next((name for name in names if name.startswith("trioplay")), None)
+    print(f"  {'contender':<17}{'rows/s':>9}{'µs CPU/row':>12}{'trioplay x':>12}  rounds")
     for name in names:
-        if name == "trioplay" or "trioplay" not in rate:
-            print(f"  {name:<9}{rate[name]:>9,.0f}{cpu_per_row[name]:>12,.0f}")
+        if name == ours or ours is None:
+            print(f"  {name:<17}{rate[name]:>9,.0f}{cpu_per_row[name]:>12,.0f}")
             continue
-        per_round = [seconds[name][i] / seconds["trioplay"][i] for i in range(rounds)]
-        result.setdefault("ratio", {})[name] = rate["trioplay"] / rate[name]
+        per_round = [seconds[name][i] / seconds[ours][i] for i in range(rounds)]
+        result.setdefault("ratio", {})[name] = rate[ours] / rate[name]
         result.setdefault("ratio_per_round", {})[name] = per_round
-        result.setdefault("cpu_ratio", {})[name] = cpu_per_row[name] / cpu_per_row["trioplay"]
+        result.setdefault("cpu_ratio", {})[name] = cpu_per_row[name] / cpu_per_row[ours]
         print(
-            f"  {name:<9}{rate[name]:>9,.0f}{cpu_per_row[name]:>12,.0f}"
+            f"  {name:<17}{rate[name]:>9,.0f}{cpu_per_row[name]:>12,.0f}"
             f"{result['ratio'][name]:>11.1f}x  {', '.join(f'{r:.1f}' for r in per_round)}"
             f"  (by CPU per row {result['cpu_ratio'][name]:.1f}x)"
         )
     if result.get("ratio"):
         fastest = min(result["ratio"], key=result["ratio"].get)
         ratio = result["ratio"][fastest]
-        result["target"] = {"ratio": TARGET_RATIO, "against": fastest, "met": ratio >= TARGET_RATIO}
-        print(
-            f"target: trioplay >= {TARGET_RATIO:g}x the faster DBOS ({fastest}): {ratio:.1f}x, "
-            f"{'met' if ratio >= TARGET_RATIO else 'MISSED'}"
-        )
+        if race.target is None:
+            print(f"trioplay is {ratio:.1f}x the faster DBOS ({fastest}) on {race.name}")
+        else:
+            met = ratio >= race.target
+            result["target"] = {"ratio": race.target, "against": fastest, "met": met}
+            print(
+                f"target: trioplay >= {race.target:g}x the faster DBOS ({fastest}): "
+                f"{ratio:.1f}x, {'met' if met else 'MISSED'}"
+            )
     return result
 
 
@@ -413,6 +521,7 @@ def bridges(python: Path, round_trips: int, cancels: int, rounds: int) -> dict[s
 def run(
     *,
     rows: int = DEFAULT_ROWS,
+    latency_rows: int = LATENCY_ROWS,
     rounds: int = DEFAULT_ROUNDS,
     contenders: tuple[str, ...] = CONTENDERS,
     quick: bool = False,
@@ -426,6 +535,7 @@ def run(
         "pins": list(PINS),
         "machine": machine(),
         "skipped": {},
+        "races": {},
     }
     found = scratch_python(install=not quick)
     python = found if isinstance(found, Path) else None
@@ -435,12 +545,18 @@ def run(
         for name in names:
             if name != "trioplay":
                 payload["skipped"][name] = str(found)
-        names = ["trioplay"] if "trioplay" in names else []
-    racers = [name for name in names if name != "bridge"]
-    if racers:
-        payload["dbos"] = race(rows, rounds, racers, python)
+        names = [name for name in names if name.startswith("trioplay")]
+    needs_postgres = any(RACES[RACERS[n][0]].store == "postgres" for n in names if n in RACERS)
+    problem = postgres_problem() if needs_postgres or "bridge" in names else None
+    for kind, workload in RACES.items():
+        racers = [name for name in names if RACERS.get(name, ("",))[0] == kind]
+        if racers and workload.store == "postgres" and problem is not None:
+            print(f"peers: {problem}; skipping {', '.join(racers)}")
+            payload["skipped"].update(dict.fromkeys(racers, problem))
+        elif racers:
+            count = latency_rows if workload.latency else rows
+            payload["races"][kind] = race(workload, count, rounds, racers, python)
     if "bridge" in names and python is not None:
-        problem = postgres_problem()
         if problem is None:
             trips, cancels = (QUICK_ROUND_TRIPS, QUICK_CANCELS) if quick else (ROUND_TRIPS, CANCELS)
             payload["bridge"] = bridges(python, trips, cancels, rounds)
@@ -455,7 +571,7 @@ def run(
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child-trioplay"]:
-        trioplay_child(int(sys.argv[2]), sys.argv[3])
+        trioplay_child(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]), int(sys.argv[5]))
     elif sys.argv[1:2] == ["--child-bridge"]:
         bridge_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     else:

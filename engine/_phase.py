@@ -188,7 +188,22 @@ class StoreCalls:
 
     def watch(self, store: Store) -> Store:
         """``store``, with every call it answers counted here while in flight."""
-        return cast("Store", _Watched(store, self))
+        return cast("Store", StoreWrapping(store, self._watched))
+
+    def _watched(self, name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        """``method``, its calls counted here while in flight (see :meth:`watch`)."""
+
+        async def watched(*args: Any, **kwargs: Any) -> Any:
+            token = self._start(name)
+            try:
+                return await method(*args, **kwargs)
+            except StoreError as exc:
+                self._blame_the_loop(token, exc)
+                raise
+            finally:
+                self._end(token)
+
+        return watched
 
     def _start(self, operation: str) -> int:
         self._next += 1
@@ -220,26 +235,3 @@ class StoreCalls:
         del self._calls[token]
         if not self._calls:  # idle again: one clock read, only then
             self._busy += trio.current_time() - self._busy_since
-
-
-class _Watched(StoreWrapping):
-    """A store whose coroutine methods report to :class:`StoreCalls` (others pass through)."""
-
-    def __init__(self, store: Store, calls: StoreCalls) -> None:
-        super().__init__(store)
-        self._calls = calls
-
-    def wrap(self, name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
-        calls = self._calls
-
-        async def watched(*args: Any, **kwargs: Any) -> Any:
-            token = calls._start(name)
-            try:
-                return await method(*args, **kwargs)
-            except StoreError as exc:
-                calls._blame_the_loop(token, exc)
-                raise
-            finally:
-                calls._end(token)
-
-        return watched

@@ -27,6 +27,7 @@ from ._errors import (
     PlayDepthExceeded,
     PlayInputError,
     RunIdConflict,
+    RunWaiting,
     format_error,
 )
 from ._json import canonical_json
@@ -156,6 +157,11 @@ class RunServices:
                 output = await runner.run_child(fn, input, run_id, lineage)
                 status = "completed"
                 return output
+            except RunWaiting:
+                # The child waits for outside events: its caller waits too (below).
+                # An Exception, so the receipt is released, not recorded.
+                status = "waiting"
+                raise
             except (PlayCycleError, PlayDepthExceeded, RunIdConflict) as exc:
                 # About the tree of plays or the call, not the child's work: raised as
                 # they are (a cycle or a depth fails the caller's map once, not row by row).
@@ -175,7 +181,10 @@ class RunServices:
         # A child runs as long as it runs: no tool deadline (its own calls have theirs).
         effect = functools.partial(self.receipts.run_effect, "play", name, key, execute)
         async with scope.fan_out(self.limits):
-            return await effect(timeout=math.inf)
+            try:
+                return await effect(timeout=math.inf)
+            except RunWaiting as waiting:
+                raise self.waits.on_child(waiting) from None
 
     async def fetch(
         self, url: str, options: FetchOptions, *, stale_after: float | None, force: bool

@@ -424,23 +424,22 @@ __all__ = [
 
 
 class StoreWrapping:
-    """Base of the engine's wrappers of a store: each coroutine method wrapped once.
+    """A store with each coroutine method wrapped once, by ``wrap(name, method)``.
 
-    A subclass says in :meth:`wrap` what becomes of one method; every other
-    attribute (``url``, and private names) passes through. The wrapped
-    method is made on first use and kept as an attribute.
+    Every other attribute (``url``, and private names) passes through. The
+    wrapped method is made on first use and kept as an attribute.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, wrap: Callable[[str, Callable[..., Awaitable[Any]]], Callable[..., Any]]
+    ) -> None:
         self._store = store
-
-    def wrap(self, name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
-        raise NotImplementedError
+        self._wrap = wrap
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._store, name)
         if name.startswith("_") or not inspect.iscoroutinefunction(found):
             return found
-        wrapped = self.wrap(name, found)
+        wrapped = self._wrap(name, found)
         setattr(self, name, wrapped)  # found once per name, then an attribute
         return wrapped

@@ -46,23 +46,14 @@ def retrying(store: Store, budget: float) -> Store:
     """``store``, its calls retried within ``budget`` seconds (``0``: ``store`` itself)."""
     if budget <= 0:
         return store
-    return cast("Store", _Retrying(store, budget))
 
-
-class _Retrying(StoreWrapping):
-    """A store whose coroutine methods are retried (others pass through)."""
-
-    def __init__(self, store: Store, budget: float) -> None:
-        super().__init__(store)
-        self._budget = budget
-
-    def wrap(self, name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
-        budget = self._budget
-
+    def wrap(name: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
         async def retried(*args: Any, **kwargs: Any) -> Any:
             return await _call(method, args, kwargs, budget)
 
         return retried
+
+    return cast("Store", StoreWrapping(store, wrap))
 
 
 async def _call(

@@ -166,32 +166,23 @@ class _Lingering:
     settled: trio.Event = attrs.field(factory=trio.Event)
 
 
+@attrs.define(eq=False, kw_only=True)
 class RunWaits:
     """The event waits of one run attempt (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        store: WaitStore,
-        run_id: str,
-        limits: Limits,
-        wall_clock: Callable[[], float],
-        spawn: Callable[..., None],
-        trace: Recorder | None,
-    ) -> None:
-        self._store = store
-        self.run_id = run_id
-        self._limits = limits
-        self._now = wall_clock
-        self._spawn = spawn
-        self._trace = trace
-        self._send: trio.MemorySendChannel[_Pending] | None = None
-        self._lingering: dict[str, _Lingering] = {}
-        self._poller = False
-        self.suspended: dict[str, WaitRecord] = {}
-        """The waits this attempt suspended on, by wait key (the run ends ``waiting``)."""
-        self.play_occurrences = Occurrences()
-        """The occurrences of the play's own waits (``ctx.wait_for_event``)."""
+    _store: WaitStore
+    run_id: str
+    _limits: Limits
+    _now: Callable[[], float] = attrs.field(alias="wall_clock")
+    _spawn: Callable[..., None]
+    _trace: Recorder | None
+    _send: trio.MemorySendChannel[_Pending] | None = attrs.field(init=False, default=None)
+    _lingering: dict[str, _Lingering] = attrs.field(init=False, factory=dict)
+    _poller: bool = attrs.field(init=False, default=False)
+    suspended: dict[str, WaitRecord] = attrs.field(init=False, factory=dict)
+    """The waits this attempt suspended on, by wait key (the run ends ``waiting``)."""
+    play_occurrences: Occurrences = attrs.field(init=False, factory=Occurrences)
+    """The occurrences of the play's own waits (``ctx.wait_for_event``)."""
 
     # -- registering -------------------------------------------------------------
     def request(
@@ -270,6 +261,18 @@ class RunWaits:
                 for pending, record in zip(batch, records, strict=True):
                     pending.record = record
                     pending.done.set()
+
+    def on_child(self, waiting: RunWaiting) -> RowSuspended:
+        """The caller's suspension on a child run that ended ``waiting``.
+
+        The child's waits become this run's (its ``RunWaiting`` names them,
+        so the root's names every wait of its tree); the row, or the play,
+        suspends on the first still open.
+        """
+        for wait in waiting.waits:
+            self.suspended[wait.wait_key] = wait
+        open_ = [wait for wait in waiting.waits if wait.status == "waiting"]
+        return RowSuspended((open_ or list(waiting.waits))[0])
 
     # -- settling ----------------------------------------------------------------
     async def outcome(

@@ -46,6 +46,7 @@ from ._trace._records import MapProgress as MapProgress
 from ._trace._records import MapStall as MapStall
 from ._trace._records import MapStarted as MapStarted
 from ._trace._records import PageFinished as PageFinished
+from ._trace._records import PageLost as PageLost
 from ._trace._records import PageStarted as PageStarted
 from ._trace._records import PlayLog as PlayLog
 from ._trace._records import ReceiptClaimed as ReceiptClaimed

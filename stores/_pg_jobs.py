@@ -29,7 +29,7 @@ from trioplay import (
     WaitRecord,
 )
 
-from ._columns import event_values, page_values, wait_values
+from ._columns import event_values, page_values, receipt_values, wait_values
 from ._pg_bridge import commit_point, committed, transaction
 from ._pg_sql import SCHEMA_VERSION
 from ._rules import (
@@ -608,22 +608,9 @@ def receipt(row: Sequence[Any]) -> Receipt:
 
 
 def _receipt_row(r: Receipt) -> tuple[Any, ...]:
-    return (
-        r.key,
-        r.operation,
-        r.name,
-        r.status,
-        r.run_id,
-        r.lease_id,
-        r.lease_expires_at,
-        r.owner,
-        r.attempts,
-        _b(r.result_json),
-        _b(r.error_json),
-        r.created_at,
-        r.updated_at,
-        r.completed_at,
-    )
+    """The receipt's columns, its payloads (``result_json``, ``error_json``) as bytes."""
+    row = receipt_values(r)
+    return (*row[:9], _b(r.result_json), _b(r.error_json), *row[11:])
 
 
 def _receipt_columns(receipts: Iterable[Receipt]) -> list[list[Any]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Literal, Unpack
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack
 
 import attrs
 import trio
@@ -28,7 +28,7 @@ from trioplay import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import trioplay as tp
     from trioplay import RunStatus
@@ -62,6 +62,8 @@ from ._terms import (
 )
 
 URL = "memory://"
+
+_L = TypeVar("_L", "tp.Lease", "tp.Completion", "tp.Failure")
 
 
 def _settled(
@@ -404,32 +406,32 @@ class MemoryStore(MemoryWaits):
 
     async def complete_many(self, items: Sequence[tp.Completion], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
-        done: list[bool] = []
-        for item in items:
-            receipt = _leased(self._receipts, item)
-            if receipt is not None:
-                completed = _settled(receipt, "completed", item.result_json, None, now)
-                self._receipts[item.key] = completed
-            done.append(receipt is not None)
-        return done
+        return self._settle_leased(
+            items, lambda receipt, item: _settled(receipt, "completed", item.result_json, None, now)
+        )
 
     async def fail_many(self, items: Sequence[tp.Failure], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
-        done: list[bool] = []
-        for item in items:
-            receipt = _leased(self._receipts, item)
-            if receipt is not None:
-                self._receipts[item.key] = _settled(receipt, "failed", None, item.error_json, now)
-            done.append(receipt is not None)
-        return done
+        return self._settle_leased(
+            items, lambda receipt, item: _settled(receipt, "failed", None, item.error_json, now)
+        )
 
     async def release_many(self, leases: Sequence[tp.Lease], *, now: float) -> list[bool]:
         await trio.lowlevel.checkpoint()
+        return self._settle_leased(
+            leases, lambda receipt, _: attrs.evolve(receipt, **_RELEASED, updated_at=now)
+        )
+
+    def _settle_leased(
+        self, leases: Sequence[_L], settle: Callable[[Receipt, _L], Receipt]
+    ) -> list[bool]:
+        """Replace each receipt still held under its lease by ``settle(receipt, lease)``;
+        for each lease, whether it was."""
         done: list[bool] = []
         for lease in leases:
             receipt = _leased(self._receipts, lease)
             if receipt is not None:
-                self._receipts[lease.key] = attrs.evolve(receipt, **_RELEASED, updated_at=now)
+                self._receipts[lease.key] = settle(receipt, lease)
             done.append(receipt is not None)
         return done
 

@@ -159,6 +159,8 @@ def test_peers_short_form_uses_an_installed_virtualenv_or_skips_loudly() -> None
     assert "SKIPPING" not in out, out
     assert f"peers: {peers.QUICK_ROWS} rows" in out
     assert "target: trioplay >= 50x the faster DBOS (dbos-wal)" in out
+    assert "the faster DBOS (dbos-pg) on postgres\n" in out, out
+    assert "the faster DBOS (dbos-pg-50ms) on postgres-50ms" in out, out
     for name in ("direct", "thread", "trio-asyncio"):
         assert f"\n  {name} " in out, (name, out)
     assert "stopped on the server 2/2" in out, out

@@ -604,9 +604,9 @@ def event(kind: str, at: float, **data: Any) -> Raw:
         return (te.MapStarted, at, "r", data["map"], data["total"])
     counts = [data.get(name, 0) for name in ("completed", "failed", "skipped", "duplicates")]
     if kind == "map.progress":
-        return (te.MapProgress, at, data["map"], *counts, 0, data["total"])
+        return (te.MapProgress, at, data["map"], *counts, 0, data["total"], "r")
     assert kind == "map.finished"
-    return (te.MapFinished, at, data["map"], "completed", *counts, 0, data["total"])
+    return (te.MapFinished, at, data["map"], "completed", *counts, 0, data["total"], "r")
 
 
 def progress_events(total: int = 10_000) -> list[Raw]:
@@ -651,6 +651,14 @@ def test_progress_bar_on_a_terminal_lives_only_while_the_map_runs() -> None:
     for item in progress_events(4000):
         reporter.write([item])
     assert reporter._progress is not None  # live while the map runs
+    [task] = reporter._progress.tasks
+    assert task.fields == {
+        "rows": "4,000/4,000 rows",
+        "ok": "3,900",
+        "failed": "100",
+        "rate": "800 rows/s",
+        "eta": "eta 0.0 s",
+    }
     reporter.write_line("a log line")
     reporter.write(
         [event("map.finished", 5.0, map="leads", completed=3900, failed=100, total=4000)]

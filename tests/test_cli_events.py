@@ -39,7 +39,7 @@ def test_demo_writes_its_events_and_a_valid_chrome_trace(
     assert len(committed) == 79  # 80 leads, one a duplicate key
     trace = json.loads((tmp_path / "out" / "demo-trace.json").read_text(encoding="utf-8"))
     slices = check_chrome_trace(trace)
-    assert sum(1 for e in slices if e["ph"] == "X" and e["pid"] == 3) > 80  # provider calls
+    assert sum(1 for e in slices if e["ph"] == "X" and e["pid"] == 4) > 80  # provider calls
     assert not list((tmp_path / "out").glob(".*partial"))
 
     svg = tmp_path / "out" / "timeline.svg"

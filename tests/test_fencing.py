@@ -188,9 +188,13 @@ async def test_rows_of_a_page_taken_over_never_replace_the_peers_completed_rows(
         (key, "completed", 9) for key in keys
     ]
     # None of them is this process's: not completed here, not failed here;
-    # once the page was found done by the peer, they were skipped.
-    assert output == {"completed": 0, "failed": 0, "skipped": 5}
-    assert [e.data["page_offset"] for e in events if e.type == "map.page_lost"] == [0]
+    # once the page was found done by the peer, they were handed over to it
+    # (issue 26: not skipped, as an earlier attempt's rows are).
+    assert output == {"completed": 0, "failed": 0, "skipped": 0}
+    [lost] = [e.data for e in events if e.type == "map.page_lost"]
+    assert (lost["page_offset"], lost["rows"], sorted(lost["keys"])) == (0, 5, keys)
+    [finished] = [e.data for e in events if e.type == "map.finished"]
+    assert (finished["handed_over"], finished["pages_handed_over"]) == (5, 1)
 
 
 async def test_a_late_attempt_never_overwrites_a_later_attempts_status() -> None:
@@ -268,8 +272,8 @@ async def test_a_row_that_lost_its_receipt_to_a_peer_gives_the_page_up_not_the_m
 
     output = await run_play(store, play)
     # Page 0 was the peer's to finish: waited for at the end, found done,
-    # its rows skipped as committed by another attempt.
-    assert output == {"completed": 0, "failed": 0, "skipped": 5}
+    # its rows handed over to the peer that committed them (not skipped).
+    assert output == {"completed": 0, "failed": 0, "skipped": 0}
     rows = await store.read_rows("r", "s")
     assert {(row.status, row.attempt) for row in rows} == {("completed", 9)}
     assert (await store.get_run("r")).status == "completed"  # type: ignore[union-attr]

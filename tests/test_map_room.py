@@ -17,14 +17,15 @@ import trio.testing
 import trioplay
 from trioplay._budget import ByteBudget
 from trioplay._cleanup import CleanupBudget
+from trioplay._limits import Limits
 from trioplay._map._admission import RowAdmission
 from trioplay._map._ledger import CommitLedger
 from trioplay._map._pages import Page, PageState
-from trioplay._map._plan import Plan
+from trioplay._map._plan import Plan, RowPlanner
 from trioplay._map._report import MapCounts, MapReport
 from trioplay._map._result import MapResult
 from trioplay._map._writer import TerminalRow, TerminalRowWriter, open_terminal_writer
-from trioplay._records import SheetRow
+from trioplay._records import SheetRow, SheetWrite
 from trioplay._trace import ListSink, Recorder
 from trioplay._trace._listen import EventListener
 from trioplay.stores.memory import MemoryStore
@@ -256,15 +257,18 @@ def test_rows_of_a_lost_page_count_as_left_to_its_new_owner() -> None:
     page.outstanding = 10
     page.all_started()
     ledger.committed([TerminalRow(SheetRow("0", 0, "completed", "{}"), 1, page, 0, None)])
-    ledger.page_lost(0, plan)
+    left = ledger.page_lost(0, plan, [(i, str(i)) for i in range(10)])
+    assert left == [str(i) for i in range(1, 10)]  # what the page.lost event names
+    assert ledger.counts()[-2:] == (9, 1)  # 9 rows of 1 page, already while it is lost
     ledger.check(10)
     assert ledger.handed_off == 9
+    assert ledger.counts()[-2:] == (9, 1)
 
 
 def test_a_lost_page_planned_again_counts_its_skipped_rows_once() -> None:
     # Rows 0-1 completed in an earlier attempt (skipped); row 2 commits here;
     # the page is lost, then planned again once its new owner is done with it
-    # (rows 3-9 completed by that owner: skipped now; row 2 ours: not again).
+    # (rows 3-9 completed by that owner: handed over; row 2 ours: not again).
     ledger = _Map().ledger
     first = Plan([(i, str(i), {}) for i in range(2, 10)], skipped=2)
     ledger.planned(first, 0, 10)
@@ -272,11 +276,33 @@ def test_a_lost_page_planned_again_counts_its_skipped_rows_once() -> None:
     page.outstanding = 8
     page.all_started()
     ledger.committed([TerminalRow(SheetRow("2", 2, "completed", "{}"), 1, page, 0, None)])
-    ledger.page_lost(0, first)
-    ledger.planned(Plan([], skipped=9), 0, 10)
+    ledger.page_lost(0, first, [(i, str(i)) for i in range(2, 10)])
+    assert ledger.left_to_peer(0) == frozenset(range(3, 10))
+    ledger.planned(Plan([], skipped=2, handed_over=7), 0, 10)
     ledger.check(10)
     counts = ledger.counts()
-    assert (counts.completed, counts.skipped, ledger.handed_off) == (1, 9, 0)
+    assert (counts.completed, counts.skipped, ledger.handed_off) == (1, 2, 7)
+    assert (counts.handed_over, counts.pages_handed_over) == (7, 1)
+
+
+async def test_a_lost_page_planned_again_hands_over_the_rows_its_new_owner_ran() -> None:
+    # Attempt 2 left rows 1-4 to a peer when it lost the page. Row 0 was an
+    # earlier attempt's (skipped, as before); rows 1 and 2 the peer ran, one
+    # as attempt 2, one as another attempt (handed over); row 3 the peer failed
+    # in another attempt and row 4 it never wrote (both run here).
+    sheet = MemoryStore()
+    written = [
+        SheetRow("a", 0, "completed", "{}", None, 1),
+        SheetRow("b", 1, "completed", "{}", None, 2),
+        SheetRow("c", 2, "completed", "{}", None, 7),
+        SheetRow("d", 3, "failed", "{}", "E: no", 7),
+    ]
+    await sheet.write_terminal_rows("r", "ds", written)
+    planner = RowPlanner(sheet, "r", "ds", "k", 2)
+    chunk = [{"k": key} for key in "abcde"]
+    plan = await planner.plan(chunk, 0, again=True, left=frozenset({1, 2, 3, 4}))
+    assert [position for position, _, _ in plan.rows] == [3, 4]
+    assert (plan.skipped, plan.handed_over) == (1, 2)
 
 
 def test_a_foreign_plan_drops_the_retained_rows() -> None:
@@ -313,30 +339,33 @@ async def test_progress_is_reported_only_after_counts_changed(
             "unconfirmed": 0,
             "total": 5,
             "waiting": 0,
+            "handed_over": 0,
+            "pages_handed_over": 0,
         }
     ]
 
 
 # -- the writer's life ----------------------------------------------------------
 class _Writes:
+    """The writer's ``commits``: what it was told, in order."""
+
     def __init__(self) -> None:
-        self.committed: list[str] = []
+        self.committed_keys: list[str] = []
         self.unconfirmed: list[int] = []
 
-    def on_commit(self, batch: list[TerminalRow]) -> None:
-        self.committed += [item.row.key for item in batch]
+    def committed(self, batch: list[TerminalRow]) -> None:
+        self.committed_keys += [item.row.key for item in batch]
+
+    def refused(self, items: list[tuple[TerminalRow, SheetWrite]]) -> None:
+        raise AssertionError(f"nothing is fenced here: {items}")
+
+    def unconfirmed_rows(self, count: int) -> None:
+        self.unconfirmed.append(count)
 
     def open(self, store: MemoryStore, report: MapReport | None = None) -> open_terminal_writer:
+        limits = Limits(writer_buffer_bytes=1000, writer_max_flush=10.0)
         writer = TerminalRowWriter(
-            store,
-            "r",
-            "ds",
-            buffer_bytes=1000,
-            max_flush=10.0,
-            cleanup=CleanupBudget(1.0),
-            on_commit=self.on_commit,
-            on_unconfirmed=self.unconfirmed.append,
-            report=report,
+            store, "r", "ds", limits, cleanup=CleanupBudget(1.0), commits=self, report=report
         )
         return open_terminal_writer(writer)
 
@@ -360,7 +389,7 @@ async def test_leaving_the_writer_block_commits_what_it_was_given(
             await writer.admit(_row(key))
     # No flush deadline to wait out (the input ended), one write of 2 s.
     assert trio.current_time() == 2.0
-    assert writes.committed == ["1", "2", "3"]
+    assert writes.committed_keys == ["1", "2", "3"]
     assert writer.finished.is_set()
 
 
@@ -371,7 +400,7 @@ async def test_an_error_in_the_block_waits_for_the_writer_then_is_raised(
     with pytest.raises(ValueError, match="a row failed"):
         await _admit_then_raise(writes.open(store), ValueError("a row failed"))
     assert trio.current_time() == 5.0
-    assert writes.committed == ["1"]
+    assert writes.committed_keys == ["1"]
     assert writes.unconfirmed == []
 
 
@@ -393,7 +422,7 @@ async def test_a_store_error_in_the_block_cancels_the_writer(
     assert info.value is error
     # Not the 5 s write: one last try within the cleanup budget, which it outlasts.
     assert trio.current_time() == 1.0
-    assert writes.committed == []
+    assert writes.committed_keys == []
     assert writes.unconfirmed == [1]
     recorder.close()
     # The write in flight, cancelled; then the final flush, which runs out of time.
@@ -414,7 +443,7 @@ async def test_a_failed_writer_is_raised_in_place_of_the_block_error(
         await _admit_then_raise(writes.open(store), ValueError("a row failed"))
     assert info.value is failure
     assert not any("further error" in note for note in getattr(failure, "__notes__", []))
-    assert writes.committed == []
+    assert writes.committed_keys == []
 
 
 async def test_a_cancelled_writer_block_makes_one_last_flush(
@@ -427,7 +456,7 @@ async def test_a_cancelled_writer_block_makes_one_last_flush(
             await trio.sleep_forever()
     # Cancelled at 3 s, before its 10 s flush deadline: committed by the final flush.
     assert trio.current_time() == 3.5
-    assert writes.committed == ["1"]
+    assert writes.committed_keys == ["1"]
 
 
 # -- rules of the room, read from its source ----------------------------------

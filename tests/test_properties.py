@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from trioplay._cleanup import CleanupBudget
 from trioplay._json import canonical_json, dumps, loads
 from trioplay._keys import tool_receipt_key, wait_key
+from trioplay._limits import Limits
 from trioplay._map._pages import Page
 from trioplay._map._plan import Plan
 from trioplay._map._writer import TerminalRow, TerminalRowWriter
-from trioplay._records import SheetRow
+from trioplay._records import SheetRow, SheetWrite
 from trioplay.stores.memory import MemoryStore
 
 from .strategies import json_objects, json_values, reorder
@@ -126,21 +127,23 @@ def test_the_writer_commits_every_row_exactly_once(
     admitted_at: dict[str, float] = {}
     committed_at: dict[str, float] = {}
 
-    def on_commit(batch: list[TerminalRow]) -> None:
-        for item in batch:
-            committed.append(item.row.key)
-            committed_at[item.row.key] = trio.current_time()
+    class Commits:
+        def committed(self, batch: list[TerminalRow]) -> None:
+            for item in batch:
+                committed.append(item.row.key)
+                committed_at[item.row.key] = trio.current_time()
+
+        def refused(self, items: list[tuple[TerminalRow, SheetWrite]]) -> None:
+            raise AssertionError(f"nothing is fenced here: {items}")
+
+        def unconfirmed_rows(self, count: int) -> None:
+            assert count == 0, "every write is confirmed here"
 
     async def main() -> None:
         store = MemoryStore(write_delay=write_delay)
+        limits = Limits(writer_buffer_bytes=buffer_bytes, writer_max_flush=max_flush)
         writer = TerminalRowWriter(
-            store,
-            "run",
-            "ds",
-            buffer_bytes=buffer_bytes,
-            max_flush=max_flush,
-            cleanup=CleanupBudget(1.0),
-            on_commit=on_commit,
+            store, "run", "ds", limits, cleanup=CleanupBudget(1.0), commits=Commits()
         )
         with trio.fail_after(10_000):
             async with trio.open_nursery() as nursery:

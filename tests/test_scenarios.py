@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -19,7 +20,14 @@ import pytest
 from trioplay._scenario._judge import judge
 from trioplay.adapters.scenarios import BUILT_IN, find
 from trioplay.adapters.simulated import SimulatedProvider
-from trioplay.events import LoopLag, MapProgress, MapStall
+from trioplay.events import (
+    CallFinished,
+    CallSettled,
+    CallStarted,
+    LoopLag,
+    MapProgress,
+    MapStall,
+)
 from trioplay.scenario import Expect, ScenarioResult, run_scenario
 
 NAMES = [scenario.name for scenario in BUILT_IN]
@@ -123,6 +131,14 @@ STORIES: dict[str, tuple[str, dict[str, int], dict[str, int], set[str], dict[str
         {},
     ),
     "event-before-waiter": ("completed", {"completed": 30, "failed": 0}, {}, set(), {}),
+    # Issue 26: page 0's three running rows are left to the peer that took it over.
+    "peer-takeover": (
+        "completed",
+        {"completed": 37, "failed": 0, "handed_over": 3},
+        {},
+        set(),
+        {},
+    ),
 }
 
 
@@ -143,8 +159,9 @@ def _run(name: str, seed: int = 0) -> ScenarioResult:
 
 def test_the_scenarios_of_the_issues_are_built_in() -> None:
     assert set(NAMES) == set(STORIES)
-    # twelve of issue 12, two of issue 22 (waits), one of issue 26 (slow progress)
-    assert len(NAMES) == len(set(NAMES)) == 15
+    # twelve of issue 12, two of issue 22 (waits), two of issue 26 (slow progress,
+    # a peer taking over a page)
+    assert len(NAMES) == len(set(NAMES)) == 16
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -266,6 +283,15 @@ def test_a_cancelled_run_reported_only_what_it_stored() -> None:
     result = _run("cancel-mid-page")
     assert result.virtual_seconds == pytest.approx(12, abs=1.5)
     assert 0 < result.counts()["completed"] <= result.stored_rows["completed"] < 3000
+    # Each call running at the cancel ends there, cancelled: none is left holding a slot.
+    ends = Counter(
+        (type(e).__name__, e.outcome)
+        for e in result.events
+        if isinstance(e, CallFinished | CallSettled) and e.outcome == "cancelled"
+    )
+    assert ends["CallFinished", "cancelled"] == ends["CallSettled", "cancelled"] > 0
+    started = sum(isinstance(e, CallStarted) for e in result.events)
+    assert started == sum(isinstance(e, CallSettled) for e in result.events)
 
 
 def test_the_starved_loop_is_an_event_and_the_named_cause() -> None:

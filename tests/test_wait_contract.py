@@ -29,6 +29,7 @@ from trioplay import (
     WaitRequest,
     WaitStore,
 )
+from trioplay.stores._rules import decide_register, decide_send
 
 from .test_store_contract import STORE_FACTORIES, STORE_MARKS
 
@@ -123,6 +124,26 @@ async def snapshot(
         await store.list_events(run_id),
         await store.get_run(run_id),
     )
+
+
+# -- the records a request becomes -------------------------------------------------
+
+
+def test_a_new_wait_and_a_new_event_hold_every_field_of_their_request() -> None:
+    # The rules copy a record's leading fields off its request in one call
+    # (stores/_rules.py): a field added to both, out of that order, fails here.
+    request = wait()
+    registered = decide_register([request], {}, [], NOW).inserts[0]
+    shared = [f.name for f in attrs.fields(WaitRequest)]
+    assert [getattr(registered, n) for n in shared] == [getattr(request, n) for n in shared]
+    assert (registered.status, registered.created_at) == ("waiting", NOW)
+    sent = event()
+    stored = decide_send(sent, None, [], "running", NOW, store="memory://").event
+    assert stored is not None
+    shared = [f.name for f in attrs.fields(EventRecord) if hasattr(sent, f.name)]
+    assert len(shared) == 6
+    assert [getattr(stored, n) for n in shared] == [getattr(sent, n) for n in shared]
+    assert (stored.sent_at, stored.consumed_by) == (NOW, None)
 
 
 # -- registration -----------------------------------------------------------------

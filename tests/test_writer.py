@@ -12,10 +12,11 @@ import trioplay
 from trioplay._cleanup import CleanupBudget
 from trioplay._cli._progress import MapProgress, RunOutcome, format_summary
 from trioplay._groups import open_nursery
+from trioplay._limits import Limits
 from trioplay._map._pages import Page
 from trioplay._map._plan import Plan
 from trioplay._map._writer import TerminalRow, TerminalRowWriter
-from trioplay._records import SheetRow
+from trioplay._records import SheetRow, SheetWrite
 from trioplay.stores.memory import MemoryStore
 
 PAGE = Page(0, Plan([]), None)  # type: ignore[arg-type]  # the writer needs only its lease
@@ -27,21 +28,27 @@ def item(key: str, size: int = 10) -> TerminalRow:
 
 class Harness:
     def __init__(self, store: Any, **kw: Any) -> None:
-        self.committed: dict[str, float] = {}
+        self.committed_at: dict[str, float] = {}
+        self.refused_rows: list[tuple[TerminalRow, SheetWrite]] = []
+        self.unconfirmed = 0
+        limits = Limits(
+            writer_buffer_bytes=kw.get("buffer_bytes", 1000),
+            writer_max_flush=kw.get("max_flush", 0.1),
+        )
         self.writer = TerminalRowWriter(
-            store,
-            "run",
-            "ds",
-            buffer_bytes=kw.get("buffer_bytes", 1000),
-            max_flush=kw.get("max_flush", 0.1),
-            cleanup=CleanupBudget(1.0),
-            on_commit=self.on_commit,
+            store, "run", "ds", limits, cleanup=CleanupBudget(1.0), commits=self
         )
 
-    def on_commit(self, batch: list[TerminalRow]) -> None:
+    def committed(self, batch: list[TerminalRow]) -> None:
         for row in batch:
-            assert row.row.key not in self.committed
-            self.committed[row.row.key] = trio.current_time()
+            assert row.row.key not in self.committed_at
+            self.committed_at[row.row.key] = trio.current_time()
+
+    def refused(self, items: list[tuple[TerminalRow, SheetWrite]]) -> None:
+        self.refused_rows += items
+
+    def unconfirmed_rows(self, count: int) -> None:
+        self.unconfirmed += count
 
 
 async def test_trickling_rows_commit_within_max_flush_of_the_first_buffered(
@@ -57,10 +64,10 @@ async def test_trickling_rows_commit_within_max_flush_of_the_first_buffered(
             admitted[str(i)] = trio.current_time()
             await trio.sleep(0.037)
         h.writer.close_input()
-    assert set(h.committed) == set(admitted)
+    assert set(h.committed_at) == set(admitted)
     # Each row commits at most max_flush after the first row of its batch,
     # so at most max_flush after its own admission.
-    worst = max(h.committed[k] - admitted[k] for k in admitted)
+    worst = max(h.committed_at[k] - admitted[k] for k in admitted)
     assert worst <= 0.1 + 1e-9
     assert len(await store.read_rows("run", "ds", limit=100)) == 40
 
@@ -72,7 +79,7 @@ async def test_a_batch_flushes_exactly_at_max_flush(autojump_clock: trio.testing
         start = trio.current_time()
         await h.writer.admit(item("1"))
         await trio.sleep(1)
-        assert h.committed["1"] - start == pytest.approx(0.25)
+        assert h.committed_at["1"] - start == pytest.approx(0.25)
         h.writer.close_input()
 
 
@@ -94,7 +101,7 @@ async def test_a_full_byte_buffer_blocks_admission(autojump_clock: trio.testing.
         await h.writer.admit(item("20"))
         assert trio.current_time() - blocked == pytest.approx(5.0)
         h.writer.close_input()
-    assert len(h.committed) == 21
+    assert len(h.committed_at) == 21
 
 
 async def test_a_failing_write_fails_the_map_and_reports_nothing_uncommitted() -> None:
@@ -177,9 +184,9 @@ async def test_page_senders_block_on_a_full_buffer_and_their_end_ends_the_writer
         second.close()  # while the second batch is still being written
     # End of channel: the rows sent so far are committed, then the writer ends
     # (with no flush delay for the last batch: the input has ended).
-    assert len(h.committed) == 21
-    assert h.committed["20"] - start == pytest.approx(6.0)
-    assert finished_at == [h.committed["20"]]
+    assert len(h.committed_at) == 21
+    assert h.committed_at["20"] - start == pytest.approx(6.0)
+    assert finished_at == [h.committed_at["20"]]
     with pytest.raises(RuntimeError, match="stopped"):
         await first.send(item("21"))
 

@@ -5,7 +5,8 @@
   latency distributions and hangs are :class:`~trioplay.adapters.SimulatedProvider`'s
 - :class:`HostileTransport`: HTTP that stalls its headers or drips its body
 - :class:`SlowStore`, :class:`StoreOutage`, :class:`LeaseRejection`,
-  :class:`DispatcherCrash`, :class:`HeldElsewhere`: wrappers around any store
+  :class:`DispatcherCrash`, :class:`HeldElsewhere`, :class:`PeerTakeover`: wrappers
+  around any store
 - :class:`CpuHog`, :func:`block_loop`: a resolver that blocks the event loop
 - :class:`FaultyProxy`: a TCP proxy on 127.0.0.1 that cuts, black-holes or delays a
   connection (to a PostgreSQL server, say); real time and real sockets
@@ -30,4 +31,5 @@ from ._store import LeaseRejection as LeaseRejection
 from ._store import SlowStore as SlowStore
 from ._store import StoreOutage as StoreOutage
 from ._store import StoreWrapper as StoreWrapper
+from ._takeover import PeerTakeover as PeerTakeover
 from ._tcp import FaultyProxy as FaultyProxy

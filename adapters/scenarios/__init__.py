@@ -18,6 +18,7 @@ from ._stores import (
     STORE_OUTAGE,
     WRITER_BACKPRESSURE,
 )
+from ._takeover import PEER_TAKEOVER
 from ._waits import EVENT_BEFORE_WAITER, EVENT_NEVER_COMES
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ BUILT_IN: tuple[Scenario, ...] = (
     CANCEL_MID_PAGE,
     PROVIDER_STARVATION,
     RECEIPT_HELD_ELSEWHERE,
+    PEER_TAKEOVER,
     EVENT_NEVER_COMES,
     EVENT_BEFORE_WAITER,
     CREEPING_PROVIDER,

@@ -30,6 +30,7 @@ point.
 
 - ``_common``: exit codes, the demo's defaults, ``UsageError``, error lines
 - ``_parser``: the argument parser
+- ``_options``: what the commands' parsers share (``Commands``, the options of several)
 - ``_config``: the configuration file and flags, structured with cattrs
 - ``_commands``: the command handlers
 - ``_playfile``: loading a play file, its play and its tools

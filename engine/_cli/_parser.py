@@ -11,19 +11,24 @@ import argparse
 import difflib
 from typing import TYPE_CHECKING, Any
 
-from .._plugins import DEFAULT_STORE_URL
 from ._common import CONFIG_FILE, DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
+from ._options import (
+    Commands,
+    add_dump_options,
+    add_output_options,
+    add_run_outputs,
+    add_store_option,
+    check_run_id,
+)
 from ._retry import add_retry_command
 from ._scenario import add_scenario_commands
 from ._waits import add_wait_commands
 
 if TYPE_CHECKING:
-    import signal
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from . import _Session
-
-    Command = Callable[[argparse.Namespace, _Session], int]
+    from ._options import Command
 
 
 def _later(name: str) -> Command:
@@ -95,24 +100,6 @@ class _Parser(argparse.ArgumentParser):
         )
 
 
-def check_run_id(text: str) -> str:
-    """A run id as the command line accepts it: not empty, no control character, no ``/``.
-
-    The run id names the run in the store and in file names people make of
-    it (``trioplay export RUN ...``), and is shown on terminals.
-    """
-    if not text:
-        raise argparse.ArgumentTypeError("a run id must not be empty")
-    if "/" in text:
-        raise argparse.ArgumentTypeError(f"a run id must not contain '/', got {text!r}")
-    control = next((char for char in text if ord(char) < 32 or 127 <= ord(char) < 160), None)
-    if control is not None:
-        raise argparse.ArgumentTypeError(
-            f"a run id must not contain control characters, such as {control!r}, got {text!r}"
-        )
-    return text
-
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version  # only for --version
 
@@ -155,11 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     parser.add_argument("--version", action=_ShowVersion, help="print the version and exit")
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    commands = Commands(parser, common)
 
-    demo = commands.add_parser(
+    demo = commands.add(
         "demo",
-        parents=[common],
+        _cmd_demo,
         help="run the bundled example play (no network needed)",
         description=(
             "Run the bundled enrich-leads play over the bundled leads CSV on simulated "
@@ -184,11 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", metavar="FILE", default=DEMO_OUT, help=f"output file (default: {DEMO_OUT})"
     )
     _add_run_outputs(demo)
-    demo.set_defaults(command=_cmd_demo)
 
-    run = commands.add_parser(
+    run = commands.add(
         "run",
-        parents=[common],
+        _cmd_run,
         help="run a play from a Python file",
         description="Run a play from FILE.py durably; rerunning the same command resumes it.",
         epilog=_TOOLS_HELP,
@@ -197,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("play", metavar="FILE.py[:PLAY]", help="the play file, and which play")
     run.add_argument("--input", metavar="JSON", help="the play's input as JSON (default: {})")
     run.add_argument("--csv", metavar="FILE", help='set input["csv"] to FILE')
-    _add_store_option(run)
+    add_store_option(run)
     _add_run_settings(run)
     run.add_argument(
         "--run-id",
@@ -212,12 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
         "output), several to FILE-stem.<dataset>.<ext>",
     )
     _add_run_outputs(run)
-    _add_dump_options(run)
-    run.set_defaults(command=_cmd_run)
+    add_dump_options(run)
 
-    timeline = commands.add_parser(
+    timeline = commands.add(
         "timeline",
-        parents=[common],
+        _cmd_timeline,
         help="draw the timeline of a recorded run as SVG",
         description=(
             "Draw the events a run recorded (run --events FILE.jsonl) as one SVG picture: "
@@ -231,26 +216,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.svg",
         help="the picture to write (- for standard output; default: EVENTS with .svg)",
     )
-    timeline.set_defaults(command=_cmd_timeline)
 
-    runs = commands.add_parser("runs", parents=[common], help="list runs, or show one")
-    runs_commands = runs.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    runs_list = runs_commands.add_parser("list", parents=[common], help="recent runs")
-    _add_store_option(runs_list)
+    runs = commands.group("runs", help="list runs, or show one")
+    runs_list = runs.add("list", _cmd_runs_list, help="recent runs")
+    add_store_option(runs_list)
     runs_list.add_argument(
         "--limit", metavar="N", type=_positive_int, default=50, help="at most N runs (default: 50)"
     )
     _add_json_option(runs_list, "print the runs as a JSON array")
-    runs_list.set_defaults(command=_cmd_runs_list)
-    runs_show = runs_commands.add_parser("show", parents=[common], help="one run in detail")
+    runs_show = runs.add("show", _cmd_runs_show, help="one run in detail")
     runs_show.add_argument("run_id", metavar="RUN", type=check_run_id)
-    _add_store_option(runs_show)
+    add_store_option(runs_show)
     _add_json_option(runs_show, "print the run as a JSON object")
-    runs_show.set_defaults(command=_cmd_runs_show)
 
-    export = commands.add_parser(
+    export = commands.add(
         "export",
-        parents=[common],
+        _cmd_export,
         help="write a run's dataset to a CSV or JSON Lines file",
         description=(
             "Stream a dataset sheet to a file, in input order. CSV columns are every "
@@ -263,14 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--out", metavar="FILE", required=True, help="the file to write (- for standard output)"
     )
-    _add_store_option(export)
-    _add_output_options(export)
-    export.set_defaults(command=_cmd_export)
-    add_retry_command(commands, common, run_id=check_run_id, store_option=_add_store_option)
+    add_store_option(export)
+    add_output_options(export)
+    add_retry_command(commands)
 
-    config = commands.add_parser(
+    config = commands.add(
         "config",
-        parents=[common],
+        _cmd_config,
         help="show the configuration a command would use, and where each value comes from",
         description=(
             f"Print the effective configuration as TOML: the nearest {CONFIG_FILE} or "
@@ -282,45 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument(
         "path", metavar="PATH", nargs="?", help="a play file or a folder (default: .)"
     )
-    _add_store_option(config)
+    add_store_option(config)
     _add_run_settings(config)
-    config.set_defaults(command=_cmd_config)
-    add_scenario_commands(commands, common)
-    add_wait_commands(
-        commands,
-        common,
-        add_store=_add_store_option,
-        run_id=check_run_id,
-        add_outputs=_add_output_options,
-        add_recording=_add_recording_options,
-        add_dump=_add_dump_options,
-    )
+    add_scenario_commands(commands)
+    add_wait_commands(commands)
     return parser
-
-
-def _add_store_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--store",
-        metavar="URL",
-        help=f"store URL (default: the configuration's store, else {DEFAULT_STORE_URL})",
-    )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help=f"read this configuration file instead of the nearest {CONFIG_FILE} or pyproject.toml",
-    )
-
-
-def _dump_signal(text: str) -> signal.Signals:
-    import signal
-
-    name = text.upper() if text.upper().startswith("SIG") else "SIG" + text.upper()
-    found = signal.Signals.__members__.get(name)
-    if found is None:
-        raise argparse.ArgumentTypeError(f"no signal {text!r} (SIGUSR1, say)")
-    if found in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-        raise argparse.ArgumentTypeError(f"{found.name} stops the run; use SIGUSR1 or SIGUSR2")
-    return found
 
 
 def _add_run_settings(parser: argparse.ArgumentParser) -> None:
@@ -344,56 +290,12 @@ def _add_run_settings(parser: argparse.ArgumentParser) -> None:
 
 def _add_run_outputs(parser: argparse.ArgumentParser) -> None:
     """What ``run`` and ``demo`` write besides the store: rows, recordings, the summary."""
-    _add_output_options(parser)
-    _add_recording_options(parser)
+    add_run_outputs(parser)
     _add_json_option(parser, "print the summary as one JSON object (docs/cli.md has its keys)")
-
-
-def _add_dump_options(parser: argparse.ArgumentParser) -> None:
-    """The live task dump of a running run (``run``, ``resume``)."""
-    parser.add_argument(
-        "--dump-on",
-        metavar="SIGNAL",
-        type=_dump_signal,
-        help="on this signal (SIGUSR1), write every task and what it awaits to --dump-to; "
-        "the run goes on",
-    )
-    parser.add_argument(
-        "--dump-to",
-        metavar="FILE",
-        help="where --dump-on writes (default: trioplay-tasks-PID.txt)",
-    )
-
-
-def _add_recording_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--events",
-        metavar="FILE.jsonl",
-        help="record the run's events to FILE, one JSON object a line (docs/events.md)",
-    )
-    parser.add_argument(
-        "--trace",
-        metavar="FILE.json",
-        help="write a Chrome trace of the run to FILE (opens in Perfetto, chrome://tracing)",
-    )
 
 
 def _add_json_option(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--json", action="store_true", help=help)
-
-
-def _add_output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--format",
-        choices=("csv", "jsonl"),
-        help="output format (default: from the file name, else csv)",
-    )
-    parser.add_argument(
-        "--status",
-        choices=("completed", "failed", "all"),
-        default="completed",
-        help="which rows to write (default: completed)",
-    )
 
 
 def _limit(text: str) -> tuple[str, object]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
+from .._map._report import handed_over_text
 from .._trace._listen import EventStream
 from ._failures import failures_line
 
@@ -51,14 +52,16 @@ class MapProgress:
     unconfirmed: int = 0  # rows of a write whose outcome is unknown
     columns: tuple[str, ...] = ()  # as map.started said: a header for an empty sheet
     waiting: int = 0  # rows suspended on an event wait (issue 22)
+    handed_over: int = 0  # rows left to another owner that took their page over (issue 26)
+    pages_handed_over: int = 0
     at: float = 0.0
     finished: bool = False
     last_line_at: float | None = None
 
     @property
     def done(self) -> int:
-        """Rows accounted for: committed in this attempt, skipped, or waiting."""
-        return self.completed + self.failed + self.skipped + self.waiting
+        """Rows accounted for: committed in this attempt, skipped, waiting, or handed over."""
+        return self.completed + self.failed + self.skipped + self.waiting + self.handed_over
 
     @property
     def elapsed(self) -> float:
@@ -92,6 +95,8 @@ class MapProgress:
         if isinstance(columns, list):
             self.columns = tuple(str(name) for name in columns)
         self.waiting = int(data.get("waiting", self.waiting))
+        self.handed_over = int(data.get("handed_over", self.handed_over))
+        self.pages_handed_over = int(data.get("pages_handed_over", self.pages_handed_over))
 
 
 @attrs.define
@@ -146,8 +151,12 @@ class RunReporter(EventStream):
     # -- the event sink -----------------------------------------------------
     def tell(self, event: RuntimeEvent) -> None:
         handler = _HANDLERS.get(event.type)
-        if handler is not None:
-            handler(self, event)
+        if handler is None:
+            return
+        run_id = self.outcome.run_id
+        if run_id is not None and event.run_id != run_id:
+            return  # a child play's run: the command reports its root (the first run)
+        handler(self, event)
 
     def _run_started(self, event: RuntimeEvent) -> None:
         self.outcome.run_id = event.run_id
@@ -220,24 +229,15 @@ class RunReporter(EventStream):
         if self._progress is None:
             self._progress = _new_progress(self.stream)
             self._progress.start()
-        rows, ok, failed, rate, eta = _bar_fields(state)
         self._tasks[state.name] = self._progress.add_task(
-            state.name, total=state.total, rows=rows, ok=ok, failed=failed, rate=rate, eta=eta
+            state.name, total=state.total, **_bar_fields(state)
         )
 
     def _bar_update(self, state: MapProgress) -> None:
         task = self._tasks.get(state.name)
         if self._progress is not None and task is not None:
-            rows, ok, failed, rate, eta = _bar_fields(state)
             self._progress.update(
-                task,
-                completed=state.done,
-                total=state.total,
-                rows=rows,
-                ok=ok,
-                failed=failed,
-                rate=rate,
-                eta=eta,
+                task, completed=state.done, total=state.total, **_bar_fields(state)
             )
 
     def _bar_remove(self, state: MapProgress) -> None:
@@ -273,15 +273,15 @@ def _new_progress(stream: TextIO) -> Progress:
     )
 
 
-def _bar_fields(state: MapProgress) -> tuple[str, str, str, str, str]:
-    """The bar's text fields: rows, ok, failed, rate, eta."""
-    return (
-        _of_total(state),
-        f"{state.completed:,}",
-        f"{state.failed:,}",
-        _rate(state.rate),
-        f"eta {_duration(state.eta)}" if state.eta is not None else "",
-    )
+def _bar_fields(state: MapProgress) -> dict[str, Any]:
+    """The bar's text fields, by the names its columns use (rich's task fields)."""
+    return {
+        "rows": _of_total(state),
+        "ok": f"{state.completed:,}",
+        "failed": f"{state.failed:,}",
+        "rate": _rate(state.rate),
+        "eta": f"eta {_duration(state.eta)}" if state.eta is not None else "",
+    }
 
 
 # -- lines ------------------------------------------------------------------
@@ -293,6 +293,8 @@ def _counts(state: MapProgress) -> str:
         parts.append(f"{state.skipped:,} skipped")
     if state.waiting:
         parts.append(f"{state.waiting:,} waiting")
+    if state.handed_over:
+        parts.append(f"{state.handed_over:,} handed over")
     return ", ".join(parts)
 
 
@@ -390,6 +392,9 @@ def format_summary(
             if state.duplicates:
                 keys = "key" if state.duplicates == 1 else "keys"
                 text += f" ({state.duplicates:,} duplicate {keys})"
+            if state.handed_over:
+                handed = handed_over_text(state.handed_over, state.pages_handed_over)
+                text += f"; {handed} handed to another owner"
             if state.unconfirmed:
                 text += (
                     f"; {state.unconfirmed:,} more in a write whose outcome is unknown"

@@ -10,30 +10,24 @@ it; once the code is fixed, that command and a rerun call those calls again
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._common import EXIT_OK, UsageError
+from ._options import Commands, add_store_option, check_run_id
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
 
     from .._retry import RecordedFailure
     from .._store import Store
     from . import _Session
 
 
-def add_retry_command(
-    commands: argparse._SubParsersAction[Any],
-    common: argparse.ArgumentParser,
-    *,
-    run_id: Callable[[str], str],
-    store_option: Callable[[argparse.ArgumentParser], None],
-) -> None:
+def add_retry_command(commands: Commands) -> None:
     """The ``retry`` command."""
-    retry = commands.add_parser(
+    retry = commands.add(
         "retry",
-        parents=[common],
+        _cmd_retry,
         help="forget a run's recorded failures, so that its next run calls them again",
         description=(
             "A failed tool call is recorded and replayed on every rerun, so that a "
@@ -44,7 +38,7 @@ def add_retry_command(
             "of the run."
         ),
     )
-    retry.add_argument("run_id", metavar="RUN", type=run_id)
+    retry.add_argument("run_id", metavar="RUN", type=check_run_id)
     retry.add_argument("--dataset", metavar="D", help="only the failures of rows of dataset D")
     retry.add_argument("--tool", metavar="T", help="only the failures of tool T")
     retry.add_argument(
@@ -52,8 +46,7 @@ def add_retry_command(
         metavar="TYPE",
         help="only failures of this type, as the summary names it (e.g. TypeError)",
     )
-    store_option(retry)
-    retry.set_defaults(command=_cmd_retry)
+    add_store_option(retry)
 
 
 def _cmd_retry(args: argparse.Namespace, session: _Session) -> int:

@@ -16,7 +16,7 @@ import argparse
 import contextlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._common import EXIT_FAILED, EXIT_OK, UsageError
 
@@ -25,24 +25,18 @@ if TYPE_CHECKING:
 
     from .._scenario import Scenario
     from . import _Session
+    from ._options import Commands
 
 DEFAULT_OUT = "out/scenarios"
 
 
-def add_scenario_commands(
-    commands: argparse._SubParsersAction[Any],
-    common: argparse.ArgumentParser,
-) -> None:
+def add_scenario_commands(commands: Commands) -> None:
     """The ``scenario`` command and its three verbs."""
-    scenario = commands.add_parser(
-        "scenario", parents=[common], help="reproduce a stall in virtual time"
-    )
-    verbs = scenario.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    listing = verbs.add_parser("list", parents=[common], help="the built-in scenarios")
-    listing.set_defaults(command=_cmd_scenario_list)
-    run = verbs.add_parser(
+    verbs = commands.group("scenario", help="reproduce a stall in virtual time")
+    verbs.add("list", _cmd_scenario_list, help="the built-in scenarios")
+    run = verbs.add(
         "run",
-        parents=[common],
+        _cmd_scenario_run,
         help="run a scenario and say what stalled and why",
         description=(
             "Run a built-in scenario, or one of your own (a Python file defining a "
@@ -52,11 +46,7 @@ def add_scenario_commands(
             "expectations did not hold."
         ),
     )
-    run.add_argument(
-        "scenario",
-        metavar="SCENARIO",
-        help="a built-in scenario's name, or a scenario file FILE.py[:NAME]",
-    )
+    _add_scenario_argument(run)
     run.add_argument(
         "--seed", metavar="N", type=int, default=0, help="the seed of its faults (default: 0)"
     )
@@ -65,10 +55,9 @@ def add_scenario_commands(
         metavar="DIR",
         help=f"where to write its files (default: {DEFAULT_OUT}/NAME)",
     )
-    run.set_defaults(command=_cmd_scenario_run)
-    many = verbs.add_parser(
+    many = verbs.add(
         "sweep",
-        parents=[common],
+        _cmd_scenario_sweep,
         help="run a scenario once per seed and count how many held",
         description=(
             "Run a scenario once per seed of --seeds and say how many seeds held its "
@@ -76,11 +65,7 @@ def add_scenario_commands(
             "files written into --out. Exits 1 if any seed did not hold."
         ),
     )
-    many.add_argument(
-        "scenario",
-        metavar="SCENARIO",
-        help="a built-in scenario's name, or a scenario file FILE.py[:NAME]",
-    )
+    _add_scenario_argument(many)
     many.add_argument(
         "--seeds",
         metavar="RANGES",
@@ -93,7 +78,14 @@ def add_scenario_commands(
         metavar="DIR",
         help=f"where the first failure's files go (default: {DEFAULT_OUT}/NAME-seed-N)",
     )
-    many.set_defaults(command=_cmd_scenario_sweep)
+
+
+def _add_scenario_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "scenario",
+        metavar="SCENARIO",
+        help="a built-in scenario's name, or a scenario file FILE.py[:NAME]",
+    )
 
 
 def _seeds(text: str) -> list[int]:

@@ -12,7 +12,9 @@ JSON. The keys:
   dataset this attempt ran, ``completed``, ``failed``, ``skipped``,
   ``duplicates``, ``unconfirmed`` (rows of a write whose outcome is
   unknown), and ``waiting`` (rows suspended on an event wait) when there
-  are any; ``sheet``, what its sheet holds over every attempt
+  are any; ``handed_over`` and ``pages_handed_over`` (rows left to another
+  owner that took their pages over, and how many pages) when there are
+  any; ``sheet``, what its sheet holds over every attempt
   (``completed``, ``failed``), when the command could count it; ``failures``,
   why its failed rows failed: one object per error type, most frequent first,
   with ``type``, ``count`` and the first row's ``example`` message and ``key``
@@ -68,6 +70,9 @@ def summary_data(
             )
             if state.waiting:  # as the text: only when rows wait
                 entry["waiting"] = state.waiting
+            if state.handed_over:  # as the text: only when a page was lost
+                entry["handed_over"] = state.handed_over
+                entry["pages_handed_over"] = state.pages_handed_over
         sheet = sheets.get(name)
         if sheet is not None:
             entry["sheet"] = {

@@ -54,3 +54,23 @@ def format_tree(tree: list[dict[str, Any]], run_id: str) -> list[str]:
         indent = "  " * (run["depth"] + 1)
         lines.append(f"{indent}{run['run_id']} ({run['play']}, {run['status']}){mark}")
     return lines
+
+
+async def waiting_below(store: Store, run_id: str) -> list[str]:
+    """The runs below ``run_id`` (its child plays, theirs, ...) that are ``waiting``.
+
+    A caller waits while its child does: cancelling the caller for good
+    cancels these too (``trioplay cancel``), or their waits would stay open.
+    """
+    below: dict[str, list[RunRecord]] = {}
+    for run in await store.list_runs(limit=TREE_RUNS):
+        if run.parent_run_id is not None:
+            below.setdefault(run.parent_run_id, []).append(run)
+    found: list[str] = []
+    stack = list(below.get(run_id, []))
+    while stack:
+        run = stack.pop()
+        if run.status == "waiting":
+            found.append(run.run_id)
+        stack.extend(below.get(run.run_id, []))
+    return found

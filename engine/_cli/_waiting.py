@@ -36,11 +36,13 @@ def send_command(wait: WaitRecord, store_url: str | None) -> str:
     )
 
 
-def whose(wait: WaitRecord) -> str:
-    """Whose wait it is: ``dataset leads, row r2``, or ``the play``."""
-    if wait.dataset is None:
-        return "the play"
-    return f"dataset {wait.dataset}, row {wait.row_key}"
+def whose(wait: WaitRecord, run_id: str | None = None) -> str:
+    """Whose wait it is: ``dataset leads, row r2``, or ``the play``; a wait of a
+    child play of run ``run_id`` names the child run first (``child run X, the play``)."""
+    where = "the play" if wait.dataset is None else f"dataset {wait.dataset}, row {wait.row_key}"
+    if run_id is not None and wait.run_id != run_id:
+        return f"child run {wait.run_id}, {where}"
+    return where
 
 
 def waiting_lines(waiting: RunWaiting, store_url: str | None) -> list[str]:
@@ -54,7 +56,7 @@ def waiting_lines(waiting: RunWaiting, store_url: str | None) -> list[str]:
         head += f" (the next deadline is {utc(waiting.next_deadline)})"
     lines = [head + "; deliver one with:"]
     for wait in open_[:SHOWN]:
-        lines.append(f"  {send_command(wait, store_url)}   # {whose(wait)}")
+        lines.append(f"  {send_command(wait, store_url)}   # {whose(wait, waiting.run_id)}")
     if count > SHOWN:
         lines.append(f"  ... and {count - SHOWN:,} more (`trioplay runs show {waiting.run_id}`)")
     settled = len(waits) - count
@@ -75,6 +77,7 @@ def waits_data(waiting: RunWaiting, store_url: str | None) -> dict[str, Any]:
         ),
         "waits": [
             {
+                "run": wait.run_id,  # the run's own, or a child play's (send the event there)
                 "name": wait.name,
                 "key": json.loads(wait.key_json),
                 "dataset": wait.dataset,

@@ -18,6 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import EventConflict, EventRefused, InvalidWait, UnknownRun
 from ._common import EXIT_OK, UsageError
+from ._options import (
+    Commands,
+    add_dump_options,
+    add_run_outputs,
+    add_store_option,
+    check_run_id,
+)
 
 # Trio, the waits room and the command helpers are imported by the handlers
 # that use them, not above: the parser imports this module, and `--help`
@@ -25,7 +32,6 @@ from ._common import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
 
     from .._records import RunRecord, SendRequest, SendResult
     from .._store import Store
@@ -35,20 +41,11 @@ _REFUSED = (InvalidWait, UnknownRun, EventRefused, EventConflict)
 """What a store or the checks refuse an event with: exit 2, nothing written."""
 
 
-def add_wait_commands(
-    commands: argparse._SubParsersAction[Any],
-    common: argparse.ArgumentParser,
-    *,
-    add_store: Callable[[argparse.ArgumentParser], None],
-    run_id: Callable[[str], str],
-    add_outputs: Callable[[argparse.ArgumentParser], None],
-    add_recording: Callable[[argparse.ArgumentParser], None],
-    add_dump: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    """The commands ``send-event``, ``resume`` and ``cancel`` (``_parser`` hands in its helpers)."""
-    send = commands.add_parser(
+def add_wait_commands(commands: Commands) -> None:
+    """The commands ``send-event``, ``resume`` and ``cancel``."""
+    send = commands.add(
         "send-event",
-        parents=[common],
+        _cmd_send_event,
         help="deliver an outside event to a waiting run",
         description=(
             "Send the event NAME with KEY (JSON: a string key is quoted, '\"r2\"') to run "
@@ -58,7 +55,7 @@ def add_wait_commands(
             "`trioplay resume RUN` lets the row go on."
         ),
     )
-    send.add_argument("run_id", metavar="RUN", type=run_id)
+    send.add_argument("run_id", metavar="RUN", type=check_run_id)
     send.add_argument("name", metavar="NAME", nargs="?", help="the event's name")
     send.add_argument("key", metavar="KEY", nargs="?", help="the event's key, as JSON")
     body = send.add_mutually_exclusive_group()
@@ -80,12 +77,11 @@ def add_wait_commands(
         metavar="TOKEN",
         help="address the one wait whose token this is (instead of NAME and KEY)",
     )
-    add_store(send)
-    send.set_defaults(command=_cmd_send_event)
+    add_store_option(send)
 
-    resume = commands.add_parser(
+    resume = commands.add(
         "resume",
-        parents=[common],
+        _cmd_resume,
         help="resume a run: run it again with its play and input",
         description=(
             "Run RUN again (resume is a rerun): committed rows are skipped, receipts "
@@ -93,36 +89,33 @@ def add_wait_commands(
             "the one recorded with the run, or FILE.py[:PLAY]; the input is the run's."
         ),
     )
-    resume.add_argument("run_id", metavar="RUN", type=run_id)
+    resume.add_argument("run_id", metavar="RUN", type=check_run_id)
     resume.add_argument(
         "play",
         metavar="FILE.py[:PLAY]",
         nargs="?",
         help="the play file (default: the one recorded with the run)",
     )
-    add_store(resume)
+    add_store_option(resume)
     resume.add_argument(
         "--out",
         metavar="FILE",
         help="export the datasets the run wrote, as `trioplay run --out` does",
     )
-    add_outputs(resume)
-    add_recording(resume)
-    add_dump(resume)
-    resume.set_defaults(command=_cmd_resume)
+    add_run_outputs(resume)
+    add_dump_options(resume)
 
-    cancel = commands.add_parser(
+    cancel = commands.add(
         "cancel",
-        parents=[common],
+        _cmd_cancel,
         help="end a run for good: its waits are cancelled, later events refused",
         description=(
             "End RUN for good: its open waits become cancelled (a rerun is refused), "
             "its status cancelled, and events sent to it later are refused."
         ),
     )
-    cancel.add_argument("run_id", metavar="RUN", type=run_id)
-    add_store(cancel)
-    cancel.set_defaults(command=_cmd_cancel)
+    cancel.add_argument("run_id", metavar="RUN", type=check_run_id)
+    add_store_option(cancel)
 
 
 # -- send-event -------------------------------------------------------------------------
@@ -237,11 +230,17 @@ def _cmd_resume(args: argparse.Namespace, session: _Session) -> int:
 
 
 # -- cancel ---------------------------------------------------------------------------
-async def _cancel(store: Store, run_id: str) -> int:
+async def _cancel(store: Store, run_id: str) -> tuple[int, list[str]]:
+    """Cancel ``run_id`` and its waiting child plays: the open waits cancelled, and those runs."""
     from ._commands import _opened
+    from ._tree import waiting_below
 
     async with _opened(store):
-        return await store.cancel_run(run_id, now=time.time())
+        cancelled = await store.cancel_run(run_id, now=time.time())
+        children = await waiting_below(store, run_id)
+        for child in children:
+            cancelled += await store.cancel_run(child, now=time.time())
+        return cancelled, children
 
 
 def _cmd_cancel(args: argparse.Namespace, session: _Session) -> int:
@@ -251,12 +250,13 @@ def _cmd_cancel(args: argparse.Namespace, session: _Session) -> int:
 
     store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
     try:
-        cancelled = trio.run(_cancel, store, args.run_id)
+        cancelled, children = trio.run(_cancel, store, args.run_id)
     except UnknownRun as exc:
         raise UsageError(str(exc)) from None
     waits = "wait" if cancelled == 1 else "waits"
+    also = f" and its waiting child plays {', '.join(children)}" if children else ""
     print(
-        f"cancelled: run {args.run_id}; {cancelled:,} open {waits} cancelled, "
+        f"cancelled: run {args.run_id}{also}; {cancelled:,} open {waits} cancelled, "
         "later events are refused"
     )
     return EXIT_OK

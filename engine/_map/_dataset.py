@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from .._errors import PlayDefinitionError
 from .._limits import MANY
 from ._runner import run_map
@@ -14,6 +16,12 @@ if TYPE_CHECKING:
     from ._types import Columns, OnRowError, OnWaiting, Resolver
 
 
+def _check_name(instance: Dataset, attribute: attrs.Attribute[str], name: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise PlayDefinitionError(f"dataset name must be a non-empty string, got {name!r}")
+
+
+@attrs.frozen(eq=False)
 class Dataset:
     """A durable sheet being defined: source rows plus resolver columns.
 
@@ -21,17 +29,10 @@ class Dataset:
     new ``Dataset`` (the builder is immutable), :meth:`run` executes it.
     """
 
-    __slots__ = ("_columns", "_services", "_source", "name")
-
-    def __init__(
-        self, services: RunServices, name: str, source: Any, columns: Columns = ()
-    ) -> None:
-        if not isinstance(name, str) or not name:
-            raise PlayDefinitionError(f"dataset name must be a non-empty string, got {name!r}")
-        self._services = services
-        self.name = name
-        self._source = source
-        self._columns = columns
+    _services: RunServices = attrs.field(repr=False)
+    name: str = attrs.field(validator=_check_name)
+    source: Any
+    columns: Columns = ()
 
     def with_column(self, name: str, resolver: Resolver) -> Dataset:
         """Add a column computed by ``resolver(row, rc)`` (sync or async).
@@ -41,11 +42,11 @@ class Dataset:
         """
         if not isinstance(name, str) or not name:
             raise PlayDefinitionError(f"column name must be a non-empty string, got {name!r}")
-        if any(existing == name for existing, _ in self._columns):
+        if any(existing == name for existing, _ in self.columns):
             raise PlayDefinitionError(f"dataset {self.name!r} already has a column {name!r}")
         if not callable(resolver):
             raise PlayDefinitionError(f"column {name!r}: resolver must be callable")
-        return Dataset(self._services, self.name, self._source, (*self._columns, (name, resolver)))
+        return attrs.evolve(self, columns=(*self.columns, (name, resolver)))
 
     async def run(
         self,
@@ -84,18 +85,10 @@ class Dataset:
         return await run_map(
             self._services,
             self.name,
-            self._source,
-            self._columns,
+            self.source,
+            self.columns,
             key=key,
             on_row_error=on_row_error,
             page_size=size,
             on_waiting=on_waiting,
         )
-
-    @property
-    def columns(self) -> Columns:
-        return self._columns
-
-    @property
-    def source(self) -> Any:
-        return self._source

@@ -3,11 +3,11 @@
 What a map reports (completed, failed, skipped, duplicates, waiting,
 unconfirmed) is counted here and nowhere else: rows skipped as the pages are
 planned (:meth:`CommitLedger.planned`), rows committed as the terminal-row
-writer confirms each batch (:meth:`CommitLedger.committed`, the writer's
-``on_commit``), rows the store refused to write (:meth:`CommitLedger.refused`,
-the writer's ``on_refused``), rows suspended on an event wait
-(:meth:`CommitLedger.waiting`), rows of a write whose outcome is unknown
-(:meth:`CommitLedger.unconfirmed_rows`, the writer's ``on_unconfirmed``). A
+writer confirms each batch (:meth:`CommitLedger.committed`), rows the store
+refused to write (:meth:`CommitLedger.refused`), rows suspended on an event
+wait (:meth:`CommitLedger.waiting`), rows of a write whose outcome is unknown
+(:meth:`CommitLedger.unconfirmed_rows`); the ledger is the writer's
+``commits``. A
 row counts as completed or failed only once its batch has committed.
 
 The ledger also knows *which* input positions each count covers (one byte
@@ -47,6 +47,7 @@ class CommitLedger:
     __slots__ = (
         "_accounted",
         "_done",
+        "_handed_pages",
         "_lost",
         "_pages",
         "_report",
@@ -64,10 +65,19 @@ class CommitLedger:
         # Per input position: 1 once a count covers the row (see check()).
         self._accounted = bytearray()
         self._pages: dict[int, int] = {}  # page offset -> its rows
-        self._lost: dict[int, Plan] = {}  # pages lost to another process: their plans
+        # Pages lost to another process: their plans, and the positions of the
+        # rows they left to it (see left_to_peer()).
+        self._lost: dict[int, tuple[Plan, list[int]]] = {}
+        self._handed_pages: set[int] = set()  # the pages of the rows in handed_off
 
     def counts(self) -> MapCounts:
+        """The counts so far; rows of a lost page count as handed over until it is planned again."""
         r = self.result
+        handed, pages = self.handed_off, set(self._handed_pages)
+        for offset in self._lost:
+            if left := len(self.left_to_peer(offset)):
+                handed += left
+                pages.add(offset)
         return MapCounts(
             r.completed_count,
             r.failed_count,
@@ -75,6 +85,8 @@ class CommitLedger:
             r.duplicate_count,
             self.unconfirmed,
             len(r.waiting),
+            handed,
+            len(pages),
         )
 
     def forget_retained(self) -> None:
@@ -89,12 +101,16 @@ class CommitLedger:
         taken back.
         """
         result = self.result
-        first = self._lost.pop(offset, None)
-        if first is not None:
+        lost = self._lost.pop(offset, None)
+        if lost is not None:
+            first = lost[0]
             result.skipped_count -= first.skipped
             result.duplicate_count -= first.duplicates
         result.skipped_count += plan.skipped
         result.duplicate_count += plan.duplicates
+        if plan.handed_over:  # rows it left to another process, which ran them
+            self.handed_off += plan.handed_over
+            self._handed_pages.add(offset)
         if plan.foreign:
             result.forget_retained()
         accounted = self._accounted
@@ -111,6 +127,7 @@ class CommitLedger:
         result = self.result
         result.skipped_count -= plan.skipped
         result.duplicate_count -= plan.duplicates
+        self.handed_off -= plan.handed_over
         self._accounted[offset : offset + length] = bytes(length)
 
     def handed_over(self, offset: int, length: int) -> None:
@@ -119,13 +136,29 @@ class CommitLedger:
         end = offset + length
         if len(accounted) < end:
             accounted.extend(bytes(end - len(accounted)))
-        self.handed_off += accounted.count(0, offset, end)
+        handed = accounted.count(0, offset, end)
+        if handed:
+            self.handed_off += handed
+            self._handed_pages.add(offset)
         accounted[offset:end] = b"\x01" * length
 
-    def page_lost(self, offset: int, plan: Plan) -> None:
-        """A page passed to another process: its rows not committed here are its
-        (unless it is planned again: :meth:`planned`)."""
-        self._lost[offset] = plan
+    def page_lost(self, offset: int, plan: Plan, rows: list[tuple[int, str]]) -> list[str]:
+        """A page passed to another process: the keys of its ``rows`` (position, key)
+        not committed here, which are now that process's (unless the page is planned
+        again: :meth:`planned`)."""
+        accounted = self._accounted
+        left = [(position, key) for position, key in rows if not accounted[position]]
+        self._lost[offset] = (plan, [position for position, _ in left])
+        self._report.changed()
+        return [key for _, key in left]
+
+    def left_to_peer(self, offset: int) -> frozenset[int]:
+        """The positions of the rows a lost page left to another process, not committed here."""
+        lost = self._lost.get(offset)
+        if lost is None:
+            return frozenset()
+        accounted = self._accounted
+        return frozenset(position for position in lost[1] if not accounted[position])
 
     def waiting(self, position: int, key: str, wait: WaitRecord) -> None:
         """A row suspended on an event wait: counted, never written."""
@@ -145,7 +178,8 @@ class CommitLedger:
         left to the process that took the page over.
         """
         accounted = self._accounted
-        for offset in self._lost:
+        for offset in list(self._lost):
+            del self._lost[offset]
             self.handed_over(offset, self._pages.get(offset, 0))
         if len(accounted) < read:
             accounted.extend(bytes(read - len(accounted)))
@@ -162,7 +196,7 @@ class CommitLedger:
             raise MapAccountingError(self._report.name, read, counted, missing)
 
     def committed(self, batch: list[TerminalRow]) -> None:
-        """A batch of terminal rows committed (the writer's ``on_commit``)."""
+        """A batch of terminal rows committed (the writer tells its ``commits``)."""
         result = self.result
         done = self._done
         accounted = self._accounted
@@ -180,7 +214,7 @@ class CommitLedger:
         self._report.changed()
 
     def refused(self, items: list[tuple[TerminalRow, SheetWrite]]) -> None:
-        """Rows the store did not write (the writer's ``on_refused``).
+        """Rows the store did not write (the writer tells its ``commits``).
 
         ``kept``: the row failed here, but the key is completed in the sheet
         (a peer ran it): counted as skipped. ``fenced``: the row's page
@@ -194,8 +228,8 @@ class CommitLedger:
             page = item.page
             if answer == "kept":
                 result.skipped_count += 1
-            elif page.lose():
-                self._report.page_lost(page.offset)
+            else:
+                page.lose()  # its runner says so once it has ended
             page.row_committed(item.token, True)
         self._report.changed()
 

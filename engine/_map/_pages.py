@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from .._run import RunServices
     from .._store import PageStore
     from ._plan import Plan
-    from ._report import MapReport
     from ._stall import MapStallObserver
 
 log = logging.getLogger("trioplay")
@@ -154,11 +153,10 @@ class PageLeases:
     attempt: int
     limits: Limits
     wall_clock: Callable[[], float]
-    report: MapReport
     cleanup: CleanupBudget
 
     @classmethod
-    def of_map(cls, services: RunServices, dataset: str, report: MapReport) -> PageLeases:
+    def of_map(cls, services: RunServices, dataset: str) -> PageLeases:
         """The page leases of the map of ``dataset`` in the run of ``services``."""
         return cls(
             services.store,
@@ -168,7 +166,6 @@ class PageLeases:
             services.attempt,
             services.limits,
             services.wall_clock,
-            report,
             services.cleanup,
         )
 
@@ -267,9 +264,8 @@ class PageLeases:
         await trio.lowlevel.checkpoint()  # a row of a lost page is cancelled here
 
     def lost(self, page: Page) -> None:
-        """The page was found taken over: stop it, and say so once."""
-        if page.lose():
-            self.report.page_lost(page.offset)
+        """The page was found taken over: stop it (its runner says so once it has ended)."""
+        page.lose()
 
     async def finish(self, lease: PageLease, page: Page) -> bool:
         """Mark the page done (fenced); ``False`` if its lease had passed to another process."""

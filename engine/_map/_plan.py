@@ -12,7 +12,7 @@ from .._json import dumps
 from .._sources import row_origin
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Collection, Iterable
 
     from .._records import SheetEntry
     from .._store import SheetStore
@@ -34,6 +34,8 @@ class Plan:
     # The sheet holds completed rows this attempt never saw (an earlier attempt's).
     foreign: bool = False
     rejected: dict[str, PlayInputError] = attrs.field(factory=dict)
+    # Rows left to another owner when the page was lost here, which it ran.
+    handed_over: int = 0
 
     def rejection(self, key: str) -> PlayInputError | None:
         """The error of the row under ``key`` if its key was bad (once), else ``None``."""
@@ -61,12 +63,22 @@ class RowPlanner:
     attempt: int
     in_flight: set[str] = attrs.field(factory=set)
 
-    async def plan(self, chunk: list[Any], offset: int, *, again: bool = False) -> Plan:
+    async def plan(
+        self,
+        chunk: list[Any],
+        offset: int,
+        *,
+        again: bool = False,
+        left: Collection[int] = (),
+    ) -> Plan:
         """Key the rows of ``chunk`` and keep those that must run.
 
         ``again``: the page was planned before in this attempt and lost to
         another process; the rows this attempt committed then are counted
-        already, and are neither run nor counted again.
+        already, and are neither run nor counted again. ``left``: the
+        positions of the rows it left to that process; one the sheet holds
+        (completed, or written in this attempt) is that process's work,
+        counted as handed over (:attr:`Plan.handed_over`).
         """
         keyed: list[tuple[int, str, dict[str, Any]]] = []
         rejected: dict[str, PlayInputError] = {}
@@ -93,6 +105,9 @@ class RowPlanner:
                 plan.duplicates += 1
                 plan.skipped += 1
             elif entry is not None and (entry.status == "completed" or entry.attempt == attempt):
+                if position in left:
+                    plan.handed_over += 1
+                    continue
                 if entry.attempt == attempt:
                     if again:
                         continue

@@ -60,6 +60,14 @@ class MapCounts(NamedTuple):
     duplicates: int
     unconfirmed: int
     waiting: int = 0  # rows suspended on an event wait: not written, not failed
+    handed_over: int = 0  # rows left to another owner that took their page over
+    pages_handed_over: int = 0  # the pages of those rows
+
+
+def handed_over_text(rows: int, pages: int) -> str:
+    """``3 rows of 1 page``: rows left to another owner that took their pages over."""
+    row = "row" if rows == 1 else "rows"
+    return f"{rows:,} {row} of {pages:,} {'page' if pages == 1 else 'pages'}"
 
 
 class _Batched(Protocol):
@@ -98,8 +106,8 @@ class MapReport:
 
     def progress(self, counts: MapCounts) -> None:
         if self._facts is not None:
-            c = counts  # the record's order: total, run and waiting were added later
-            self._facts.add(MapProgress, self.name, *c[:5], self._total, self._run_id, c.waiting)
+            c = counts  # the record's order: total, run and the rest were added later
+            self._facts.add(MapProgress, self.name, *c[:5], self._total, self._run_id, *c[5:])
 
     def changed(self) -> None:
         """The counts changed: the next progress tick reports them."""
@@ -128,7 +136,7 @@ class MapReport:
         if self._facts is not None:
             c = counts
             self._facts.add(
-                MapFinished, self.name, status, *c[:5], self._total, self._run_id, c.waiting
+                MapFinished, self.name, status, *c[:5], self._total, self._run_id, *c[5:]
             )
 
     def stalled(self, report: dict[str, Any]) -> None:
@@ -149,15 +157,17 @@ class MapReport:
         if self.trace is not None:
             self.trace.add(PageFinished, self.name, offset, status)
 
-    def page_lost(self, offset: int) -> None:
+    def page_lost(self, offset: int, keys: list[str]) -> None:
+        """The page passed to another process; ``keys``: its rows not committed here, left to it."""
         log.warning(
             "dataset %r: the page at row %d passed to another process; "
-            "its unfinished rows are left to it",
+            "its %d unfinished rows are left to it",
             self.name,
             offset,
+            len(keys),
         )
         if self._facts is not None:
-            self._facts.add(PageLost, self.name, offset, self._run_id)
+            self._facts.add(PageLost, self.name, offset, self._run_id, len(keys), keys)
 
     # -- rows (called only while ``trace`` is set) ---------------------------
     def row_admitted(self, offset: int, key: str) -> None:

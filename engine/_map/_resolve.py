@@ -16,6 +16,8 @@ import types
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from .._aborts import aborted
 from .._errors import (
     LeaseLost,
@@ -39,6 +41,7 @@ from .._waits import suspension
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from .._limits import Limits
     from .._run import RunServices
     from ._admission import RowAdmission
     from ._pages import Page, PageLeases
@@ -50,25 +53,20 @@ if TYPE_CHECKING:
 _FATAL = (PlayDefinitionError, PersistenceLatchTripped, StoreError, PlayInputError, RunEnded)
 
 
+@attrs.define(eq=False)
 class RowResolver:
     """The columns of one map, computed for one row at a time (see the module docstring)."""
 
-    def __init__(
-        self,
-        services: RunServices,
-        name: str,
-        columns: Columns,
-        admission: RowAdmission,
-        pages: PageLeases,
-        report: MapReport,
-    ) -> None:
-        self._services = services
-        self._name = name
-        self._columns = columns
-        self._limits = services.limits
-        self._admission = admission
-        self._pages = pages
-        self._report = report
+    _services: RunServices
+    _name: str
+    _columns: Columns
+    _admission: RowAdmission
+    _pages: PageLeases
+    _report: MapReport
+    _limits: Limits = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._limits = self._services.limits
 
     async def resolve(
         self, page: Page, position: int, key: str, data: dict[str, Any]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 import trio
 
 from .._errors import (
@@ -81,12 +82,9 @@ async def run_map(
         services.store,
         services.run_id,
         name,
-        buffer_bytes=limits.writer_buffer_bytes,
-        max_flush=limits.writer_max_flush,
+        limits,
         cleanup=services.cleanup,
-        on_commit=ledger.committed,
-        on_unconfirmed=ledger.unconfirmed_rows,
-        on_refused=ledger.refused,
+        commits=ledger,
         report=report,
     )
     status = "failed"
@@ -135,37 +133,34 @@ async def run_map(
         report.ended(status, ledger.counts())
 
 
+@attrs.define(eq=False)
 class _MapRun:
     """The pages and rows of one map: schedule pages, run a page, resolve a row, hand it on."""
 
-    def __init__(
-        self,
-        services: RunServices,
-        name: str,
-        columns: Columns,
-        on_row_error: OnRowError,
-        page_size: int,
-        *,
-        planner: RowPlanner,
-        ledger: CommitLedger,
-        report: MapReport,
-        writer: TerminalRowWriter,
-    ) -> None:
-        self.services = services
-        self.name = name
-        self.columns = columns
-        self.on_row_error = on_row_error
-        self.page_size = page_size
-        self.limits = services.limits
-        self.planner = planner
-        self.ledger = ledger
-        self.result = ledger.result  # read for the preview, never counted here
-        self.report = report
-        self.writer = writer
+    services: RunServices
+    name: str
+    columns: Columns
+    on_row_error: OnRowError
+    page_size: int
+    planner: RowPlanner = attrs.field(kw_only=True)
+    ledger: CommitLedger = attrs.field(kw_only=True)
+    report: MapReport = attrs.field(kw_only=True)
+    writer: TerminalRowWriter = attrs.field(kw_only=True)
+    result: MapResult = attrs.field(init=False)  # read for the preview, never counted here
+    admission: RowAdmission = attrs.field(init=False)
+    pages: PageLeases = attrs.field(init=False)
+    rows: RowResolver = attrs.field(init=False)
+    lost: list[tuple[int, int]] = attrs.field(init=False, factory=list)
+    """(offset, length) of the pages lost to a peer."""
+
+    def __attrs_post_init__(self) -> None:
+        services = self.services
+        self.result = self.ledger.result
         self.admission = RowAdmission(services.row_limiter, services.row_budget)
-        self.pages = PageLeases.of_map(services, name, self.report)
-        self.rows = RowResolver(services, name, columns, self.admission, self.pages, report)
-        self.lost: list[tuple[int, int]] = []  # (offset, length) of pages lost to a peer
+        self.pages = PageLeases.of_map(services, self.name)
+        self.rows = RowResolver(
+            services, self.name, self.columns, self.admission, self.pages, self.report
+        )
 
     async def run_pages(
         self, rows: Iterator[Any], reread: Callable[[int, int], list[Any]] | None
@@ -252,7 +247,10 @@ class _MapRun:
             claim = await self.pages.claim(offset)
         if claim == "held":
             return None
-        plan = await self.planner.plan(chunk, offset, again=again)
+        # A page lost here before: its rows left to the new owner then, and
+        # not committed here since, are its new owner's if the sheet has them.
+        left = self.ledger.left_to_peer(offset) if again else frozenset()
+        plan = await self.planner.plan(chunk, offset, again=again, left=left)
         self.ledger.planned(plan, offset, len(chunk))
         if claim == "done":
             if not plan.rows:
@@ -283,12 +281,12 @@ class _MapRun:
         offset = lease.offset
         report = self.report
         page: Page | None = None
-        keys = [key for _, key, _ in plan.rows]
+        planned = [(position, key) for position, key, _ in plan.rows]
         try:
             observer = MapStallObserver(
                 map_name=self.name,
                 page_offset=offset,
-                interval=self.limits.stall_log_interval,
+                interval=self.services.limits.stall_log_interval,
                 writer_diagnostics=self.writer.diagnostics,
                 emit=report.stalled,
                 store_calls=self.services.store_calls,
@@ -312,9 +310,9 @@ class _MapRun:
             if page.state is PageState.LOST:
                 # Its unfinished rows are the new owner's; their keys are no
                 # longer in flight here, and the page is waited for at the end.
-                self.planner.give_back_keys(keys)
+                self.planner.give_back_keys(key for _, key in planned)
                 self.lost.append((offset, length))
-                self.ledger.page_lost(offset, plan)
+                report.page_lost(offset, self.ledger.page_lost(offset, plan, planned))
                 report.page_finished(offset, "lost")
                 return
             report.page_finished(offset, "done")

@@ -103,46 +103,42 @@ def _ms(seconds: float) -> int:
     return max(0, round(seconds * 1000))
 
 
+@attrs.define(eq=False, kw_only=True)
 class MapStallObserver:
     """Tracks one page; see the module docstring. All hooks are synchronous."""
 
-    def __init__(
-        self,
-        *,
-        map_name: str,
-        page_offset: int,
-        interval: float,
-        writer_diagnostics: Callable[[], WriterDiagnostics | None],
-        emit: Callable[[dict[str, Any]], None],
-        store_calls: StoreCalls | None = None,
-        loop_watch: LoopWatch | None = None,
-    ) -> None:
-        self._map_name = map_name
-        self._loop_watch = loop_watch
-        self._store_calls = store_calls
-        self._page_offset = page_offset
-        self._interval = interval
-        self._writer_diagnostics = writer_diagnostics
-        self._emit = emit
-        self._resolvers: dict[int, RowPhase] = {}
-        # Terminal rows: since when they wait, and their keys.
-        self._admission: dict[int, tuple[float, str | None]] = {}
-        self._commit: dict[int, tuple[float, str | None]] = {}
-        self._token = 0
-        self._terminal_committed = 0
-        # Slow progress: commits counted at the last tick, the counts of the
-        # recent normal intervals, how many intervals running were slow.
-        self._counted = 0
-        self._recent: deque[int] = deque(maxlen=SLOW_WINDOW)
-        self._slow_for = 0
-        # The clock's own method: the hooks below read it per row, and
-        # trio.current_time() costs two more frames each time.
+    _map_name: str
+    _page_offset: int
+    _interval: float
+    _writer_diagnostics: Callable[[], WriterDiagnostics | None]
+    _emit: Callable[[dict[str, Any]], None]
+    _store_calls: StoreCalls | None = None
+    _loop_watch: LoopWatch | None = None
+    _resolvers: dict[int, RowPhase] = attrs.field(init=False, factory=dict)
+    # Terminal rows: since when they wait, and their keys.
+    _admission: dict[int, tuple[float, str | None]] = attrs.field(init=False, factory=dict)
+    _commit: dict[int, tuple[float, str | None]] = attrs.field(init=False, factory=dict)
+    _token: int = attrs.field(init=False, default=0)
+    _terminal_committed: int = attrs.field(init=False, default=0)
+    # Slow progress: commits counted at the last tick, the counts of the
+    # recent normal intervals, how many intervals running were slow.
+    _counted: int = attrs.field(init=False, default=0)
+    _recent: deque[int] = attrs.field(init=False, factory=lambda: deque(maxlen=SLOW_WINDOW))
+    _slow_for: int = attrs.field(init=False, default=0)
+    # The clock's own method: the hooks below read it per row, and
+    # trio.current_time() costs two more frames each time.
+    _now: Callable[[], float] = attrs.field(init=False)
+    _last_commit_at: float = attrs.field(init=False)
+    _busy: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _timer: trio.CancelScope | None = attrs.field(init=False, default=None)
+    # The store's busy time when the interval being timed began.
+    _store_busy_mark: float = attrs.field(init=False, default=0.0)
+
+    def __attrs_post_init__(self) -> None:
         self._now = now = trio.lowlevel.current_clock().current_time
         self._last_commit_at = now()
-        self._busy = trio.Event()
-        self._timer: trio.CancelScope | None = None
-        # The store's busy time when the interval being timed began.
-        self._store_busy_mark = store_calls.busy_time(now()) if store_calls is not None else 0.0
+        if self._store_calls is not None:
+            self._store_busy_mark = self._store_calls.busy_time(now())
 
     # -- hooks --------------------------------------------------------------
     def resolver_started(self, key: str | None = None) -> int:

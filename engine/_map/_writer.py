@@ -23,10 +23,10 @@ the flush deadline or the end of input, and takes the whole batch with
 
 A batch is written in one store transaction when the buffer is full or
 ``writer_max_flush`` after its first row arrived, whichever comes first; only
-then is each row *committed* (``on_commit``). The write is fenced: each row
+then is each row *committed* (``commits.committed``). The write is fenced: each row
 goes with its page's lease, and the store writes it only while that lease
 is the page's own and never replaces a completed row with a failed one;
-the rows it refused go to ``on_refused`` with the store's answer
+the rows it refused go to ``commits.refused`` with the store's answer
 (``fenced``: the page passed to another process; ``kept``: a completed row
 stays). One batch is written at a time
 while the next one fills, so at most twice the buffer is in memory. The
@@ -40,7 +40,7 @@ one last shielded attempt, within the run's cleanup budget (what is left of
 admitted. Rows of a write that may or may not have taken effect (its
 commit was sent but never confirmed, it was cancelled mid-flight and the
 retry failed, or the retry ran out of time) are neither committed nor lost:
-``on_unconfirmed`` is told their count, and the map reports it, since a
+``commits.unconfirmed_rows`` is told their count, and the map reports it, since a
 rerun finds them in the sheet or runs them again.
 """
 
@@ -48,8 +48,9 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 import trio
 
 from .._errors import PersistenceLatchTripped, StoreError
@@ -61,25 +62,23 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .._cleanup import CleanupBudget
+    from .._limits import Limits
     from .._records import PageLease, SheetRow, SheetWrite
     from .._store import SheetStore
     from ._pages import Page
     from ._report import MapReport
 
 
+# One per row: no weakref slot, so it stays the size of the hand-written class it replaced.
+@attrs.define(eq=False, weakref_slot=False)
 class TerminalRow:
     """A finished row on its way to the sheet, with what the map needs at commit."""
 
-    __slots__ = ("data", "page", "row", "size", "token")
-
-    def __init__(
-        self, row: SheetRow, size: int, page: Page, token: int, data: dict[str, Any] | None
-    ) -> None:
-        self.row = row
-        self.size = size
-        self.page = page
-        self.token = token
-        self.data = data
+    row: SheetRow
+    size: int
+    page: Page
+    token: int
+    data: dict[str, Any] | None
 
 
 class TerminalRowSender:
@@ -120,11 +119,25 @@ class TerminalRowSender:
         self.close()
 
 
+class Commits(Protocol):
+    """Who the writer tells how each batch ended: a map's :class:`CommitLedger`."""
+
+    def committed(self, batch: list[TerminalRow]) -> None:
+        """These rows are in the sheet."""
+
+    def refused(self, items: list[tuple[TerminalRow, SheetWrite]]) -> None:
+        """The store wrote none of these rows, for the reason given with each."""
+
+    def unconfirmed_rows(self, count: int) -> None:
+        """``count`` rows went with a write whose outcome is unknown."""
+
+
 class TerminalRowWriter:
     """The writer of one map: see the module docstring; run by :class:`open_terminal_writer`.
 
-    ``on_commit(batch)`` is told of every batch once it committed, and
-    ``on_unconfirmed(count)`` of the rows of a write whose outcome is unknown.
+    Rows are written to ``dataset`` of ``run_id`` in ``store``, in batches of
+    up to ``limits.writer_buffer_bytes`` flushed ``limits.writer_max_flush``
+    after their first row; ``commits`` is told how each batch ended.
     """
 
     def __init__(
@@ -132,25 +145,18 @@ class TerminalRowWriter:
         store: SheetStore,
         run_id: str,
         dataset: str,
+        limits: Limits,
         *,
-        buffer_bytes: int,
-        max_flush: float,
         cleanup: CleanupBudget,
-        on_commit: Callable[[list[TerminalRow]], None],
-        on_unconfirmed: Callable[[int], None] | None = None,
-        on_refused: Callable[[list[tuple[TerminalRow, SheetWrite]]], None] | None = None,
+        commits: Commits,
         report: MapReport | None = None,
     ) -> None:
-        self._report = report
-        self._store = store
-        self._run_id = run_id
-        self._dataset = dataset
-        self._cap = buffer_bytes
-        self._max_flush = max_flush
+        self._write_rows = functools.partial(store.write_terminal_rows, run_id, dataset)
+        self._cap = limits.writer_buffer_bytes
+        self._max_flush = limits.writer_max_flush
         self._cleanup = cleanup
-        self._on_commit = on_commit
-        self._on_unconfirmed = on_unconfirmed
-        self._on_refused = on_refused
+        self._commits = commits
+        self._report = report
         self._input, self._output = trio.open_memory_channel[TerminalRow](math.inf)
         self._buffered_bytes = 0  # sent, not yet taken into a batch
         self._buffered_rows = 0
@@ -268,16 +274,14 @@ class TerminalRowWriter:
             report.batch_started(batch)
         try:
             rows, leases = _rows_and_leases(batch)
-            answers = await self._store.write_terminal_rows(
-                self._run_id, self._dataset, rows, leases=leases
-            )
+            answers = await self._write_rows(rows, leases=leases)
         except trio.Cancelled:
             raise
         except BaseException as exc:
             self.error = exc
             unknown = isinstance(exc, StoreError) and exc.outcome_unknown
             if unknown:
-                self._unconfirmed(len(batch))
+                self._commits.unconfirmed_rows(len(batch))
             self._active = []
             if report is not None:
                 report.batch_failed(batch, type(exc).__name__, unknown)
@@ -289,9 +293,9 @@ class TerminalRowWriter:
         self._committed(batch, answers)
 
     def _committed(self, batch: list[TerminalRow], answers: list[SheetWrite]) -> None:
-        """Hand on the rows written (``on_commit``) and the rows refused (``on_refused``)."""
+        """Hand on the rows written and the rows refused to ``commits``."""
         if answers.count("written") == len(batch):
-            self._on_commit(batch)
+            self._commits.committed(batch)
             return
         written: list[TerminalRow] = []
         refused: list[tuple[TerminalRow, SheetWrite]] = []
@@ -301,13 +305,8 @@ class TerminalRowWriter:
             else:
                 refused.append((item, answer))
         if written:
-            self._on_commit(written)
-        if self._on_refused is not None:
-            self._on_refused(refused)
-
-    def _unconfirmed(self, count: int) -> None:
-        if self._on_unconfirmed is not None:
-            self._on_unconfirmed(count)
+            self._commits.committed(written)
+        self._commits.refused(refused)
 
     async def _final_flush(self, taken: list[TerminalRow]) -> None:
         # Rows whose write was cancelled may or may not have committed; writing
@@ -324,17 +323,15 @@ class TerminalRowWriter:
         with self._cleanup.shielded() as scope:
             try:
                 rows, leases = _rows_and_leases(batch)
-                answers = await self._store.write_terminal_rows(
-                    self._run_id, self._dataset, rows, leases=leases
-                )
+                answers = await self._write_rows(rows, leases=leases)
             except Exception as exc:
                 unknown = isinstance(exc, StoreError) and exc.outcome_unknown
-                self._unconfirmed(len(batch) if unknown else len(cancelled))
+                self._commits.unconfirmed_rows(len(batch) if unknown else len(cancelled))
                 if report is not None:
                     report.batch_failed(batch, type(exc).__name__, unknown)
                 return
         if scope.cancelled_caught:
-            self._unconfirmed(len(batch))
+            self._commits.unconfirmed_rows(len(batch))
             if report is not None:
                 report.batch_failed(batch, "Cancelled", True)
         else:

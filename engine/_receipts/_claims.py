@@ -29,11 +29,13 @@ from .._trace._records import ReceiptClaimed, ReceiptReplayed, ReceiptWaited
 from ._call import CLAIMED, SETTLING, _Cohort
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Callable
 
     from .._records import ClaimOutcome, Receipt
-    from .._tools import BatchFunction, ToolSpec
+    from .._tools import ToolSpec
     from ._call import DispatchStats, _Call
+    from ._execute import Executor
+    from ._leases import Leases
     from ._setup import DispatchSetup
 
 
@@ -52,10 +54,8 @@ class Claimer:
         spawn: Callable[..., None],
         stats: DispatchStats,
         deliver: Callable[..., None],
-        admit: Callable[[_Call], None],
-        execute: Callable[[list[tuple[_Call, Claimed]], BatchFunction | None], Awaitable[None]],
-        watch: Callable[[_Cohort], None],
-        release_shielded: Callable[[list[Lease]], Awaitable[None]],
+        executor: Executor,
+        leases: Leases,
     ) -> None:
         self._trace = setup.trace
         self._store = setup.store
@@ -66,10 +66,11 @@ class Claimer:
         self._spawn = spawn
         self._stats = stats
         self._deliver = deliver
-        self._admit = admit
-        self._execute = execute
-        self._watch = watch
-        self._release_shielded = release_shielded
+        # Bound once: a claim's outcomes go on to the executor and the heartbeat.
+        self._admit = executor.admit
+        self._execute = executor.execute
+        self._watch = leases.watch
+        self._release_shielded = leases.release_shielded
         self._turn = trio.Lock()  # the hydration turn (fair: batches take it in order)
         self._waits: list[_Wait] = []  # calls waiting on another owner's receipt
         self._poll_now = trio.Event()  # a takeover is due: poll without waiting the interval

@@ -51,8 +51,9 @@ holds every task it starts (the settler, the heartbeat, lanes, claims, the
 poller of waits, native batch requests); its block is where the run's play
 runs. A call made after the block is left raises :class:`RunEnded`.
 
-The collaborators get the run's :class:`DispatchSetup` and the bound methods
-they need once, here, and never the dispatcher: the dependencies run
+The collaborators get the run's :class:`DispatchSetup` and the collaborators
+(or bound methods) they need, here, and never the dispatcher: the
+claimer takes the executor and the leases whole. The dependencies run
 ``_setup, _call <- _lane, _settler, _leases <- _execute <- _claims <-
 _dispatcher``.
 """
@@ -104,10 +105,8 @@ class Dispatcher:
             spawn=spawn,
             stats=self.stats,
             deliver=inflight.deliver,
-            admit=executor.admit,
-            execute=executor.execute,
-            watch=leases.watch,
-            release_shielded=leases.release_shielded,
+            executor=executor,
+            leases=leases,
         )
         self._tools = setup.tools
         self._governor = setup.governor
@@ -116,8 +115,7 @@ class Dispatcher:
         """``start_soon(fn, *args)``: a task in the run's nursery (the run's play runs there)."""
         self._inflight = inflight.calls
         self._follow = inflight.follow
-        self._claim = claimer.claim
-        self._flush = claimer.flush
+        self._claimer = claimer
         self._run_owned = executor.run_owned
         self._lanes: dict[str, _Lane] = {}
         self._effects: _EffectLane | None = None
@@ -151,13 +149,16 @@ class Dispatcher:
         input: Any,
         *,
         scope: str,
-        force: bool = False,
-        stale_after: float | None = None,
-        timeout: float | None = None,
-        receipt_wait: float | None = None,
-        key: str | None = None,
+        force: bool,
+        stale_after: float | None,
+        timeout: float | None,
+        receipt_wait: float | None,
+        key: str | None,
     ) -> Awaitable[Any]:
         """Make a tool call and return the awaitable of its outcome; await it at once.
+
+        The options are those of :meth:`DurableEffects.tool`, its one caller,
+        which holds their defaults.
 
         A plain function: its part that does not wait runs now, and the
         caller awaits the owner's (or the followed call's) coroutine itself,
@@ -200,7 +201,7 @@ class Dispatcher:
         )
         lane = self._lanes.get(tool_id)
         if lane is None:
-            lane = self._lanes[tool_id] = _Lane(self._flush, self._claim, spec, self._limits)
+            lane = self._lanes[tool_id] = _Lane(self._claimer, spec, self._limits)
             self._spawn(lane.run)
         return self._submit(call, lane, tool_id, provider)
 
@@ -243,7 +244,7 @@ class Dispatcher:
         )
         effects = self._effects
         if effects is None:
-            effects = self._effects = _EffectLane(self._claim, self._limits)
+            effects = self._effects = _EffectLane(self._claimer, self._limits)
             self._spawn(effects.run)
         provider = "fetch" if fetch else None
         return self._submit(call, effects, "fetch", provider)

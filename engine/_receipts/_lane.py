@@ -5,7 +5,7 @@ A tool's lane (:class:`_Lane`) batches by **group commit** by default
 task, and the calls made while that claim is out are the next batch. With a
 positive ``tool_batch_window`` (the reference runtime's way) calls coalesce
 for that window from the first call (it never resets) and each batch is
-handed to ``flush``, which claims it in a task of its own. Either way a
+handed to the claimer's ``flush``, which claims it in a task of its own. Either way a
 batch holds at most ``tool_batch_max`` calls / ``tool_batch_max_bytes`` of
 input. The run's lane of direct effects, steps and fetches
 (:class:`_EffectLane`), always uses group commit.
@@ -13,36 +13,37 @@ input. The run's lane of direct effects, steps and fetches
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from ._call import QUEUED
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from .._limits import Limits
     from .._tools import ToolSpec
     from ._call import _Call
 
 
+class Claims(Protocol):
+    """Where a lane's batches go: the run's :class:`~trioplay._receipts._claims.Claimer`."""
+
+    def flush(self, calls: list[_Call], spec: ToolSpec) -> None:
+        """Claim ``calls`` in a task of their own."""
+
+    async def claim(self, calls: list[_Call], spec: ToolSpec | None = None) -> None:
+        """Claim ``calls`` and return when that is done."""
+
+
 class _Lane:
     """The batching of one tool's calls.
 
-    ``claim(batch, spec)`` claims a batch and returns when that is done
-    (group commit); ``flush(batch, spec)`` claims it without waiting (a window).
+    Each batch goes to ``claims``: with ``claim`` (group commit: the lane
+    waits for it) or ``flush`` (a window: it does not).
     """
 
-    def __init__(
-        self,
-        flush: Callable[[list[_Call], ToolSpec], None],
-        claim: Callable[[list[_Call], ToolSpec], Awaitable[None]],
-        spec: ToolSpec,
-        limits: Limits,
-    ) -> None:
-        self._flush = flush
-        self._claim = claim
+    def __init__(self, claims: Claims, spec: ToolSpec, limits: Limits) -> None:
+        self._claims = claims
         self._spec = spec
         self._window = limits.tool_batch_window
         self._max = limits.tool_batch_max
@@ -89,14 +90,14 @@ class _Lane:
             if self._window <= 0:
                 # Group commit: claim now, in this task; what arrives meanwhile
                 # is the next batch.
-                await self._claim(self._take(), self._spec)
+                await self._claims.claim(self._take(), self._spec)
             else:
                 if not self._full():
                     with trio.move_on_at(self._first_at + self._window):
                         while not self._full():
                             await self._wakeup.wait()
                             self._wakeup = trio.Event()
-                self._flush(self._take(), self._spec)
+                self._claims.flush(self._take(), self._spec)
             if self._queue:
                 self._wakeup.set()
 
@@ -110,8 +111,8 @@ class _EffectLane:
     ``tool_batch_max``), claimed in this lane's task.
     """
 
-    def __init__(self, claim: Callable[[list[_Call]], Awaitable[None]], limits: Limits) -> None:
-        self._claim = claim
+    def __init__(self, claims: Claims, limits: Limits) -> None:
+        self._claim = claims.claim
         self._max = limits.tool_batch_max
         self._queue: list[_Call] = []
         self._wakeup = trio.Event()

@@ -19,9 +19,15 @@ def judge(result: ScenarioResult, expect: Expect) -> list[str]:
     if expect.error is not None and expect.error not in (result.error or ""):
         problems.append(f"the run's error {result.error!r} does not name {expect.error!r}")
     counts = result.counts()
-    for name, wanted in (("completed", expect.completed), ("failed", expect.failed)):
+    wanted_counts = (
+        ("completed", expect.completed),
+        ("failed", expect.failed),
+        ("handed_over", expect.handed_over),
+    )
+    for name, wanted in wanted_counts:
         if wanted is not None and counts.get(name, 0) != wanted:
-            problems.append(f"{counts.get(name, 0)} rows {name}, expected {wanted}")
+            said = name.replace("_", " ")
+            problems.append(f"{counts.get(name, 0)} rows {said}, expected {wanted}")
     if expect.min_completed is not None and counts.get("completed", 0) < expect.min_completed:
         problems.append(
             f"{counts.get('completed', 0)} rows completed, expected at least {expect.min_completed}"

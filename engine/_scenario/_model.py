@@ -62,6 +62,8 @@ class Expect:
     - ``completed`` / ``failed``: the map's row counts (last ``map.progress``);
       ``min_completed``: at least that many completed; ``row_errors``: the
       one error type every failed row failed with (``"ToolTimeout"``);
+      ``handed_over``: the rows left to another owner that took their page
+      over (``page.lost``), as the map's last counts say;
     - ``stalled``: whether any stall line was logged;
     - ``phase``: a stall line names this ``oldest_phase``; ``provider``,
       ``tool``, ``operation``: that same line names this ``oldest_provider``,
@@ -80,6 +82,7 @@ class Expect:
     min_completed: int | None = None
     failed: int | None = None
     row_errors: str | None = None
+    handed_over: int | None = None
     stalled: bool | None = None
     phase: str | None = None
     provider: str | None = None

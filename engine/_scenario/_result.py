@@ -53,7 +53,11 @@ class ScenarioResult:
         return [e.report for e in self.events if isinstance(e, MapStall)]
 
     def counts(self) -> dict[str, int]:
-        """The last row counts of the run's maps, summed (``completed``, ``failed``, ...)."""
+        """The last row counts of the run's maps, summed (``completed``, ``failed``, ...).
+
+        ``handed_over``: rows left to another owner that took their page over
+        (only when there are some).
+        """
         last: dict[str, MapProgress | MapFinished] = {}
         for event in self.events:
             if isinstance(event, MapProgress | MapFinished):
@@ -62,7 +66,22 @@ class ScenarioResult:
         for counts in last.values():
             for name in ("completed", "failed", "skipped"):
                 totals[name] = totals.get(name, 0) + getattr(counts, name)
+        rows, _ = self.handed_over()
+        if rows:
+            totals["handed_over"] = rows
         return totals
+
+    def handed_over(self) -> tuple[int, int]:
+        """The rows left to another owner that took their pages over, and those pages
+        (``page.lost``), as the last counts of the run's maps say."""
+        last: dict[str, MapProgress | MapFinished] = {}
+        for event in self.events:
+            if isinstance(event, MapProgress | MapFinished):
+                last[event.map] = event
+        return (
+            sum(c.handed_over for c in last.values()),
+            sum(c.pages_handed_over for c in last.values()),
+        )
 
     def events_jsonl(self) -> str:
         """Every event as one JSON line, as ``--events`` writes them (same run, same bytes)."""
@@ -105,6 +124,7 @@ class ScenarioResult:
             "rows": self.counts(),
             "row_errors": self.row_errors,
             "stored_rows": self.stored_rows,
+            "handed_over": dict(zip(("rows", "pages"), self.handed_over(), strict=True)),
             "stall_lines": len(stalls),
             "first_stall_at": _first_stall_at(self.events),
             "longest_unsettled_ms": max((s["oldest_unsettled_ms"] for s in stalls), default=0),

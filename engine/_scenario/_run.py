@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from .._errors import format_error
+from .._map._report import handed_over_text
 from .._plugins import open_store
 from .._runtime import open_runtime
 from .._trace import ChromeTraceSink, JsonlSink, ListSink, Recorder, replay
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from .._store import Store
-    from .._trace import Event
     from ._model import Scenario
 
 EPOCH = 1_800_000_000.0
@@ -39,7 +39,7 @@ def run_scenario(scenario: Scenario, *, seed: int = 0) -> ScenarioResult:
     same events.
     """
     began = time.perf_counter()
-    ran: list[_Ran] = []
+    ran: list[ScenarioResult] = []
 
     async def main() -> None:
         ran.append(await _run(scenario, seed))
@@ -50,22 +50,12 @@ def run_scenario(scenario: Scenario, *, seed: int = 0) -> ScenarioResult:
     with seeded_scheduler(0):
         trio.run(main, clock=MockClock(autojump_threshold=0))
     [done] = ran
-    result = ScenarioResult(
-        scenario=scenario.name,
-        description=scenario.description,
-        seed=seed,
-        events=done.events,
-        status=done.status,
-        error=done.error,
-        virtual_seconds=done.virtual_seconds,
-        row_errors=done.row_errors,
-        stored_rows=done.stored_rows,
-        wall_seconds=time.perf_counter() - began,
-    )
+    result = attrs.evolve(done, wall_seconds=time.perf_counter() - began)
     return attrs.evolve(result, problems=tuple(judge(result, scenario.expect)))
 
 
-async def _run(scenario: Scenario, seed: int) -> _Ran:
+async def _run(scenario: Scenario, seed: int) -> ScenarioResult:
+    """The run of ``scenario``, not yet judged (``wall_seconds`` is 0: the caller times it)."""
     setup = scenario.setup(seed)
     kept = ListSink()
     recorder = Recorder(kept)
@@ -107,17 +97,18 @@ async def _run(scenario: Scenario, seed: int) -> _Ran:
         status, error = finished[-1].status, finished[-1].error
     elif status != "completed" and error is None:
         status, error = "interrupted", "interrupted"
-    return _Ran(events, status, error, ended - start, row_errors, stored)
-
-
-@attrs.frozen
-class _Ran:
-    events: tuple[Event, ...]
-    status: str
-    error: str | None
-    virtual_seconds: float
-    row_errors: dict[str, int]
-    stored_rows: dict[str, int]
+    return ScenarioResult(
+        scenario=scenario.name,
+        description=scenario.description,
+        seed=seed,
+        events=events,
+        status=status,
+        error=error,
+        virtual_seconds=ended - start,
+        wall_seconds=0.0,
+        row_errors=row_errors,
+        stored_rows=stored,
+    )
 
 
 async def _sheet(store: Store, run_id: str) -> tuple[dict[str, int], dict[str, int]]:
@@ -170,7 +161,7 @@ def describe(result: ScenarioResult) -> list[str]:
     """A short summary of ``result`` for a terminal: what stalled, how long, why, the verdict."""
     summary: dict[str, Any] = result.summary()
     rows = summary["rows"]
-    counted = ", ".join(f"{n:,} {k}" for k, n in rows.items()) or "no rows"
+    counted = ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in rows.items()) or "no rows"
     lines = [
         f"scenario {result.scenario} (seed {result.seed}): the run ended {result.status} "
         f"after {_duration(result.virtual_seconds)} of virtual time "
@@ -181,6 +172,9 @@ def describe(result: ScenarioResult) -> list[str]:
     if result.row_errors:
         failed = ", ".join(f"{n:,} {kind}" for kind, n in result.row_errors.items())
         lines.append(f"  failed rows: {failed}")
+    handed, pages = result.handed_over()
+    if handed:
+        lines.append(f"  handed to another owner: {handed_over_text(handed, pages)}")
     if summary["stall_lines"]:
         waited = _duration(summary["longest_unsettled_ms"] / 1000)
         lines.append(

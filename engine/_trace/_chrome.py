@@ -1,20 +1,31 @@
 """The Chrome trace-event sink (``--trace FILE.json``): opens in Perfetto or chrome://tracing.
 
 Slices are complete events (``"ph": "X"`` with ``dur``), written when they
-end, so the file streams. Four processes group the tracks:
+end, so the file streams. Five processes group the tracks:
 
-- **run** (pid 1): the run itself, and loop-lag marks;
-- **rows by page** (pid 2): each row from its admission to its commit, with
-  its phases nested inside (``resolver``, ``writer admission``, ``writer
-  commit``); stall lines are instant events on their page's track;
-- **calls by provider** (pid 3): each provider call from its start to its
+- **run** (pid 1): the run itself, child plays' calls, and loop-lag marks;
+- **pages** (pid 2): each page from ``page.started`` to ``page.finished``
+  (its status in ``args``: ``done``, ``lost``, ``failed``); its stall lines
+  and its loss to a peer (``page lost to a peer``) are instant events on
+  its track;
+- **rows by slot** (pid 3): each row from its admission to its commit, with
+  its phases nested inside (``resolver``, ``governor``, ``writer
+  admission``, ``writer commit``...); a row of a page lost to a peer ends
+  there, ``status`` ``lost``;
+- **calls by provider** (pid 4): each provider call from its start to its
   end, named by tool; fetches with their ``headers`` and ``body`` phases;
-- **writer** (pid 4): each sheet write, per map.
+- **writer** (pid 5): each sheet write, per map.
 
-Slices on one track never overlap: a page (or provider) whose rows (calls)
-overlap gets as many tracks as it has at once at most, ``page 0 #1``,
-``page 0 #2``... (a lane is reused once free). Times are microseconds since
-the first event.
+Slices on one track never overlap, and tracks are reused: a slice takes the
+lowest track of its group free at its start. So the number of tracks is
+bounded by what is in flight at once, never by how many rows a run has:
+``slot 1`` ... ``slot N`` for rows, N the most rows in flight at once (the
+row slots, ``max_concurrent_rows``, plus rows past writer admission waiting
+for their commit, plus rows suspended on an event wait); ``leads pages``,
+``leads pages #2``... for the pages of map ``leads``, as many as its pages
+open at once; a provider's calls as many as it has at once (its governor
+slots). A 10,000-row run at the default limits has at most 256 or so row
+tracks, not 10,000. Times are microseconds since the first event.
 """
 
 from __future__ import annotations
@@ -30,20 +41,31 @@ if TYPE_CHECKING:
     from ._records import Raw
     from ._spans import Span
 
-_RUN, _ROWS, _CALLS, _WRITER = 1, 2, 3, 4
-_PROCESSES = {_RUN: "run", _ROWS: "rows by page", _CALLS: "calls by provider", _WRITER: "writer"}
+_RUN, _PAGES, _ROWS, _CALLS, _WRITER = 1, 2, 3, 4, 5
+_PROCESSES = {
+    _RUN: "run",
+    _PAGES: "pages",
+    _ROWS: "rows by slot",
+    _CALLS: "calls by provider",
+    _WRITER: "writer",
+}
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 class _Lanes:
-    """Tracks (``tid``) of one process: per group, the lowest lane free at a slice's start."""
+    """Tracks (``tid``) of one process: per group, the lowest lane free at a slice's start.
 
-    def __init__(self, sink: ChromeTraceSink, pid: int) -> None:
+    ``label`` names a group's track: the group itself, ``"<map> pages"``,
+    ``"slot"``; its second lane and after get ``#2``, ``#3``...
+    """
+
+    def __init__(self, sink: ChromeTraceSink, pid: int, label: str = "{}") -> None:
         self._sink = sink
-        self._pid = pid
+        self.pid = pid
+        self._label = label
         self._busy: dict[str, set[int]] = {}
         self._tids: dict[tuple[str, int], int] = {}
-        self._lane_of: dict[int, int] = {}
+        self._lane_of: dict[int, tuple[str, int]] = {}
 
     def take(self, group: str) -> int:
         busy = self._busy.setdefault(group, set())
@@ -52,20 +74,21 @@ class _Lanes:
         tid = self._tids.get((group, lane))
         if tid is None:
             tid = self._tids[(group, lane)] = len(self._tids) + 1
-            self._lane_of[tid] = lane
-            name = group if lane == 0 else f"{group} #{lane + 1}"
-            self._sink.meta(self._pid, tid, name)
+            self._lane_of[tid] = (group, lane)
+            name = self._label.format(group)
+            self._sink.meta(self.pid, tid, name if lane == 0 else f"{name} #{lane + 1}")
         return tid
 
-    def give(self, group: str, tid: int) -> None:
-        self._busy[group].discard(self._lane_of[tid])
+    def give(self, tid: int) -> None:
+        group, lane = self._lane_of[tid]
+        self._busy[group].discard(lane)
 
     def first(self, group: str) -> int:
         """The group's first track (instant events), made if need be."""
         tid = self._tids.get((group, 0))
         if tid is None:
             tid = self.take(group)
-            self.give(group, tid)
+            self.give(tid)
         return tid
 
 
@@ -96,7 +119,8 @@ class ChromeTraceSink:
         self._lanes = {
             "run": runs,
             "child": runs,
-            "row": _Lanes(self, _ROWS),
+            "page": _Lanes(self, _PAGES, "{} pages"),
+            "row": _Lanes(self, _ROWS, "slot"),
             "call": calls,
             "fetch": calls,
             "batch": _Lanes(self, _WRITER),
@@ -160,7 +184,8 @@ class ChromeTraceSink:
     def _begun(self, kind: str, key: Any, group: str) -> None:
         lanes = self._lanes.get(kind)
         if lanes is not None:  # a governor slot is the timeline's, not a track here
-            self._tids[key] = lanes.take(group)
+            # Every row shares one group: a row takes the lowest slot track free.
+            self._tids[key] = lanes.take("rows" if kind == "row" else group)
 
     def _ended(self, span: Span) -> None:
         if span.kind == "phase":  # on its row's or fetch's track, while that is open
@@ -172,8 +197,18 @@ class ChromeTraceSink:
         lanes = self._lanes.get(span.kind)
         tid = self._tids.pop(span.key, None)
         if lanes is not None and tid is not None:
-            self._slice(lanes._pid, tid, span.name, span.start, span.end, span.args)
-            lanes.give(span.group, tid)
+            name = span.name
+            if span.kind == "row" and span.args.get("status") == "lost":
+                name += " (lost to a peer)"
+            elif span.kind == "page":
+                name += f" ({span.args.get('status', 'unfinished')})"
+            self._slice(lanes.pid, tid, name, span.start, span.end, span.args)
+            lanes.give(tid)
+
+    def _page_track(self, name: str, page: int) -> int:
+        """The track of page ``page`` of map ``name`` (its map's first if it is not open)."""
+        tid = self._tids.get(("page", (name, page)))
+        return tid if tid is not None else self._lanes["page"].first(name)
 
     def write(self, batch: list[Raw]) -> None:
         for raw in batch:
@@ -183,8 +218,12 @@ class ChromeTraceSink:
             self._last = max(self._last, e.at)
             self._spans.feed(e)
             if isinstance(e, r.MapStall):
-                tid = self._lanes["row"].first(f"{e.map} page {e.page}")
-                self._instant(_ROWS, tid, f"stall: {e.cause}", e.at, e.report)
+                tid = self._page_track(e.map, e.page)
+                self._instant(_PAGES, tid, f"stall: {e.cause}", e.at, e.report)
+            elif isinstance(e, r.PageLost):  # its track is still open: the page ends after
+                tid = self._page_track(e.map, e.page)
+                args = {"map": e.map, "page": e.page}
+                self._instant(_PAGES, tid, "page lost to a peer", e.at, args)
             elif isinstance(e, r.LoopLag):
                 tid = self._lanes["run"].first("run")
                 self._instant(

@@ -58,6 +58,8 @@ def _counts(e: MapProgress | MapFinished) -> dict[str, Any]:
         "unconfirmed": e.unconfirmed,
         "total": e.total,
         "waiting": e.waiting,
+        "handed_over": e.handed_over,
+        "pages_handed_over": e.pages_handed_over,
     }
 
 
@@ -83,7 +85,10 @@ FACTS: dict[type[Event], Fact] = {
     MapProgress: Fact("map.progress", _counts),
     MapFinished: Fact("map.finished", _finished),
     MapStall: Fact("map.stall", lambda e: dict(e.report)),
-    PageLost: Fact("map.page_lost", lambda e: {"map": e.map, "page_offset": e.page}),
+    PageLost: Fact(
+        "map.page_lost",
+        lambda e: {"map": e.map, "page_offset": e.page, "rows": e.rows, "keys": list(e.keys)},
+    ),
     LoopLag: Fact(
         "loop.lag", lambda e: {"lag_ms": int(e.lag_ms), "threshold_ms": int(e.threshold_ms)}
     ),

@@ -77,7 +77,7 @@ class ChildFinished(Event):
     TYPE = "child.finished"
     run: str
     child: str
-    status: str  # completed, failed, cancelled
+    status: str  # completed, failed, cancelled, waiting
     error: str | None
 
 
@@ -104,6 +104,8 @@ class MapProgress(Event):
     total: int | None
     run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
     waiting: int = 0  # rows suspended on an event wait (issue 22)
+    handed_over: int = 0  # rows left to another owner that took their page over (issue 26)
+    pages_handed_over: int = 0  # the pages of those rows
 
 
 @attrs.frozen
@@ -119,6 +121,8 @@ class MapFinished(Event):
     total: int | None = None  # added in 2 without a new version: a default
     run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
     waiting: int = 0  # rows suspended on an event wait (issue 22)
+    handed_over: int = 0  # rows left to another owner that took their page over (issue 26)
+    pages_handed_over: int = 0  # the pages of those rows
 
 
 @attrs.frozen
@@ -135,6 +139,10 @@ class PageLost(Event):
     map: str
     page: int
     run: str = ""  # the run it belongs to (added in 2 with a default: older files read)
+    # The page's rows not committed here when it was lost, left to its new
+    # owner: how many, and their keys (added in 2 with a default).
+    rows: int = 0
+    keys: list[str] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -208,7 +216,7 @@ class CallStarted(Event):
 class CallFinished(Event):
     TYPE = "call.finished"
     call: str
-    outcome: str  # ok, error, timeout, lease_lost, retry
+    outcome: str  # ok, error, timeout, lease_lost, retry, cancelled
     error: str | None
 
 
@@ -216,7 +224,7 @@ class CallFinished(Event):
 class CallSettled(Event):
     TYPE = "call.settled"
     call: str
-    outcome: str  # completed, failed, released, lease_lost, not_recorded
+    outcome: str  # completed, failed, released, lease_lost, not_recorded, cancelled
 
 
 # -- receipts and leases ------------------------------------------------------

@@ -28,6 +28,14 @@ A row's phases, one after the other while it is in flight:
 ========================  ===============================================
 
 A fetch's phases are ``headers`` and ``body`` (``fetch.phase``).
+
+A page is a span too (``page.started`` to ``page.finished``, its status in
+``status``: ``done``, ``lost``, ``failed``). When a page is lost to a peer
+(``page.lost``: its lease passed to another process, which runs its rows
+not committed here, ``keys``), each of those rows still in flight ends
+there, with ``status`` ``lost`` (a ``page.lost`` without ``keys``, from an
+older file: each row of the page still in flight); what such a row records
+afterwards belongs to no span of this run.
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ PHASES = (
 class Span(NamedTuple):
     """Something that lasted from ``start`` to ``end``.
 
-    ``kind``: ``run``, ``row``, ``call``, ``slot``, ``fetch``, ``batch`` or
+    ``kind``: ``run``, ``page``, ``row``, ``call``, ``slot``, ``fetch``, ``batch`` or
     ``phase``; ``key`` pairs its records (a phase's is its row's or fetch's
     key: ``("row", (map, row))``, ``("fetch", n)``); ``group`` the track it
     belongs on (the run, ``"<map> page <n>"``, a provider, ``fetches``, a
@@ -98,6 +106,7 @@ class Spans:
         self._call_row: dict[str, str] = {}  # call -> its row's key
         self._fetch_row: dict[int, str] = {}  # fetch -> its row's key
         self._child_row: dict[str, str] = {}  # child run -> its caller row's key
+        self._lost: set[Any] = set()  # rows of a lost page: their later records are ignored
 
     # -- spans ------------------------------------------------------------
     def _begin(
@@ -116,6 +125,8 @@ class Spans:
 
     def _enter(self, owner: Any, phase: str | None, at: float) -> None:
         """End ``owner``'s current phase (if any) and begin ``phase`` (unless ``None``)."""
+        if owner in self._lost:
+            return
         current = self._phase.pop(owner, None)
         if current is not None:
             self._ended(Span("phase", owner, "", current[0], current[1], at, {}))
@@ -134,6 +145,7 @@ class Spans:
         key: Any
         if isinstance(e, r.RowAdmitted):
             key = ("row", (e.map, e.row))
+            self._lost.discard(key)  # planned again after its page came back
             self._begin(
                 "row", key, f"{e.map} page {e.page}", e.row, at, {"map": e.map, "page": e.page}
             )
@@ -155,7 +167,15 @@ class Spans:
             owner = ("row", (e.map, e.row))
             self._enter(owner, None, at)
             self._live.pop(e.row, None)
-            self._end(owner, at, {"status": e.status})
+            if owner not in self._lost:
+                self._end(owner, at, {"status": e.status})
+        elif isinstance(e, r.PageStarted):
+            args = {"map": e.map, "page": e.page, "rows": e.rows}
+            self._begin("page", ("page", (e.map, e.page)), e.map, f"page {e.page:,}", at, args)
+        elif isinstance(e, r.PageLost):
+            self._page_lost(e, at)
+        elif isinstance(e, r.PageFinished):
+            self._end(("page", (e.map, e.page)), at, {"status": e.status})
         elif isinstance(e, r.CallQueued):
             if e.row is not None:
                 self._call_row[e.call] = e.row
@@ -211,6 +231,24 @@ class Spans:
         elif isinstance(e, r.ChildFinished):
             self._end(("child", e.child), at, {"status": e.status, "error": e.error})
             self._row(self._child_row.pop(e.child, None), "resolver", at)
+
+    def _page_lost(self, e: r.PageLost, at: float) -> None:
+        """A peer took the page over: the rows it left to the peer end here, ``lost``."""
+        if e.keys:
+            owners = [("row", (e.map, key)) for key in e.keys]
+        else:  # an older record: the page's rows in flight
+            owners = [
+                key
+                for key, opened in self._open.items()
+                if opened.kind == "row"
+                and (opened.args.get("map"), opened.args.get("page")) == (e.map, e.page)
+            ]
+        for owner in owners:
+            if owner in self._open:
+                self._enter(owner, None, at)
+                self._live.pop(owner[1][1], None)
+                self._end(owner, at, {"status": "lost"})
+                self._lost.add(owner)
 
     def close(self, at: float) -> None:
         """End every span still open at ``at`` (the last event's time), ``unfinished``:
