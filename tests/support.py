@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import http.server
 import io
 import json
@@ -151,6 +152,10 @@ def cli(
 
     out, err = io.StringIO(), io.StringIO()
     here = os.getcwd()
+    # The csv module's field limit is one per process, and a CSV source
+    # raises it (--limit csv_field_limit): put it back, as the command's
+    # process would have taken it away with it.
+    field_limit = csv.field_size_limit()
     with (
         mock.patch.dict(os.environ, env or {}),
         contextlib.redirect_stdout(out),
@@ -163,6 +168,7 @@ def cli(
             code = exc.code if isinstance(exc.code, int) else 1
         finally:
             os.chdir(here)
+            csv.field_size_limit(field_limit)
     return subprocess.CompletedProcess([str(TRIOPLAY), *args], code, out.getvalue(), err.getvalue())
 
 
