@@ -57,6 +57,7 @@ from ._pg_bridge import (
 from ._pg_jobs import Contended, Growth
 from ._pg_sql import CREATE_INCOMING, SCHEMA_VERSION, Sql
 from ._rules import decide_claims, decide_page
+from ._sql_store import SqlStore
 from ._terms import (
     AttemptEnd,
     AttemptStart,
@@ -66,7 +67,6 @@ from ._terms import (
     attempt_start,
     row_query,
 )
-from ._waits import WaitOperations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -105,7 +105,7 @@ _URL_OPTIONS: dict[str, type] = {
 }
 
 
-class PostgresStore(WaitOperations):
+class PostgresStore(SqlStore[Pool]):
     """A :class:`trioplay.Store` in a PostgreSQL schema, shared by any number of processes.
 
     Build it with :meth:`from_url` (``postgresql://user:secret@host:5432/db``,
@@ -167,7 +167,6 @@ class PostgresStore(WaitOperations):
         self._url = _display_url(params, schema)
         self._growth = Growth()
         self._fresh_claims = True  # the next claim takes its keys for new first (claim_many)
-        self._pool: Pool | None = None
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -183,21 +182,11 @@ class PostgresStore(WaitOperations):
     def schema(self) -> str:
         return self._schema
 
-    async def open(self) -> None:
-        if self._pool is not None:
-            raise StoreError(f"{self.url}: open: the store is already open")
-        self._pool = Pool(self._pool_size, self._new_worker, cancel_timeout=self._cancel_timeout)
-        try:
-            await self._call("open", partial(jobs.migrate, self._sql, self._growth, self.url))
-        except BaseException:
-            await self.aclose()
-            raise
+    def _start(self) -> Pool:
+        return Pool(self._pool_size, self._new_worker, cancel_timeout=self._cancel_timeout)
 
-    async def aclose(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            with trio.CancelScope(shield=True):
-                await pool.aclose(timeout=max(1.0, self._cancel_timeout))
+    async def _migrate(self) -> None:
+        await self._call("open", partial(jobs.migrate, self._sql, self._growth, self.url))
 
     def _new_worker(self) -> Worker:
         opener = partial(connect, self._params, CREATE_INCOMING)
@@ -215,9 +204,7 @@ class PostgresStore(WaitOperations):
         page claim that took effect finds its own lease held, and waits it out).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        pool = self._pool
-        if pool is None:
-            raise StoreError(f"{self.url}: {operation}: the store is not open")
+        pool = self._bridge_for(operation)
         started = trio.current_time()
         try:
             return await pool.run(work, timeout=self._call_timeout)

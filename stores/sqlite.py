@@ -26,6 +26,7 @@ from trioplay import StoreError
 
 from . import _sqlite_jobs as jobs
 from ._rules import decide_page
+from ._sql_store import SqlStore
 from ._sqlite_bridge import DEFAULT_LOCK_TIMEOUT, Worker
 from ._sqlite_sql import SCHEMA_VERSION
 from ._terms import (
@@ -37,7 +38,6 @@ from ._terms import (
     attempt_start,
     row_query,
 )
-from ._waits import WaitOperations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -60,7 +60,7 @@ _INLINE_BYTES = 1 << 20
 _INLINE_KEYS = 4096
 
 
-class SqliteStore(WaitOperations):
+class SqliteStore(SqlStore[Worker]):
     """A :class:`trioplay.Store` in one SQLite file, the embedded default.
 
     Build it with :meth:`from_url` (``sqlite:///relative.db``,
@@ -94,7 +94,6 @@ class SqliteStore(WaitOperations):
             )
         self._path = os.fspath(path)
         self._lock_timeout = lock_timeout
-        self._worker: Worker | None = None
         # Whether the next claim_many tries first to claim every key as new (see _claim_many).
         self._fresh_claims = True
 
@@ -130,28 +129,18 @@ class SqliteStore(WaitOperations):
         """Seconds a call waits for a lock another connection holds."""
         return self._lock_timeout
 
-    async def open(self) -> None:
-        if self._worker is not None:
-            raise StoreError(f"{self.url}: open: the store is already open")
-        self._worker = Worker(self._path, self._lock_timeout)
+    def _start(self) -> Worker:
+        return Worker(self._path, self._lock_timeout)
+
+    async def _migrate(self) -> None:
         try:
             await self._call("open", partial(jobs.migrate, url=self.url))
         except StoreError as exc:
-            await self.aclose()
             # A few stat calls, on the way out of a failed open only.
             problem = path_problem(self._path)
             if problem is None:
                 raise
             raise StoreError(f"{self.url}: open: {problem}") from exc.__cause__
-        except BaseException:
-            await self.aclose()
-            raise
-
-    async def aclose(self) -> None:
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            with trio.CancelScope(shield=True):
-                await worker.stop()
 
     async def _call(
         self,
@@ -170,9 +159,7 @@ class SqliteStore(WaitOperations):
         if inline is None:
             inline = not interruptible
         await trio.lowlevel.checkpoint_if_cancelled()
-        worker = self._worker
-        if worker is None:
-            raise StoreError(f"{self.url}: {operation}: the store is not open")
+        worker = self._bridge_for(operation)
         started = trio.current_time()
         try:
             return await worker.run(work, interruptible=interruptible, urgent=urgent, inline=inline)
