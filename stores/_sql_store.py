@@ -19,6 +19,7 @@ import trio
 
 from trioplay import StoreError
 
+from ._terms import StoreTerms
 from ._waits import WaitOperations
 
 
@@ -31,7 +32,7 @@ class Bridge(Protocol):
 B = TypeVar("B", bound=Bridge)
 
 
-class SqlStore(WaitOperations, Generic[B]):
+class SqlStore(WaitOperations, StoreTerms, Generic[B]):
     """A store whose jobs run on a bridge of type ``B`` while it is open."""
 
     _bridge: B | None = None
