@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict, Unpack
 
 from trioplay import StoreError
 
+from ._rules import Begin
+
 if TYPE_CHECKING:
     from trioplay import PageClaim, RowStatus, RunRecord, RunStatus, SheetRow
-
-    from ._rules import Begin
 
 End = tuple[float, str | None, str | None, str | None]
 """What ``finish_attempt`` writes: ``now``, ``output_json``, ``error``, ``stats_json``."""
@@ -45,7 +45,7 @@ class StoreTerms:
     async def begin_attempt(
         self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
     ) -> RunRecord:
-        return await self._begin_attempt((run_id, play, input_json, *attempt_start(**start)))
+        return await self._begin_attempt(Begin(run_id, play, input_json, *attempt_start(**start)))
 
     async def finish_attempt(
         self, run_id: str, status: RunStatus, **end: Unpack[AttemptEnd]

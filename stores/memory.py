@@ -327,8 +327,8 @@ class MemoryStore(MemoryWaits, StoreTerms):
     # -- runs ---------------------------------------------------------------
     async def _begin_attempt(self, begin: Begin) -> tp.RunRecord:
         await trio.lowlevel.checkpoint()
-        run_id = begin[0]
-        parent = self._runs.get(begin[5] or "")
+        run_id = begin.run_id
+        parent = self._runs.get(begin.parent_run_id or "")
         record, write = decide_attempt(self._runs.get(run_id), parent, begin)
         if write:
             self._runs[run_id] = record
