@@ -141,6 +141,22 @@ def _arrays(types: str) -> str:
     return ", ".join(f"%b::{t.strip()}[]" for t in types.split(","))
 
 
+def _json_rows(types: str) -> str:
+    """``SELECT`` the rows of one ``jsonb`` parameter, an array of rows, as columns of ``types``.
+
+    A hot batch (claims, fenced writes) travels as this one parameter, its
+    rows dumped by ``json.dumps`` in C, rather than as one array per column,
+    which psycopg dumps element by element in Python (half of a claim's
+    client CPU at 46 keys: docs/benchmarks.md, "PostgreSQL batches as
+    jsonb"). Payloads travel as text and are stored as their UTF-8 bytes.
+    """
+    columns = ", ".join(
+        f"convert_to(e->>{i}, 'UTF8')" if t.strip() == "bytea" else f"(e->>{i})::{t.strip()}"
+        for i, t in enumerate(types.split(","))
+    )
+    return f"SELECT {columns} FROM jsonb_array_elements(%s::jsonb) AS e"
+
+
 class Sql:
     """Every statement of the store, written once for one schema."""
 
@@ -231,7 +247,7 @@ class Sql:
         updates = ", ".join(f"{c} = excluded.{c}" for c in RECEIPT_FIELDS[1:])
         self.upsert_claimed = f"""
             INSERT INTO {s}.receipts AS r ({RECEIPT_COLUMNS})
-            SELECT * FROM unnest({_arrays(_RECEIPT_TYPES)})
+            {_json_rows(_RECEIPT_TYPES)}
             ON CONFLICT (key) DO UPDATE SET {updates}
             WHERE r.key = ANY(%b::text[])
             RETURNING r.key
@@ -240,7 +256,7 @@ class Sql:
         # of keys that have a receipt already are skipped, not returned.
         self.insert_new = f"""
             INSERT INTO {s}.receipts ({RECEIPT_COLUMNS})
-            SELECT * FROM unnest({_arrays(_RECEIPT_TYPES)})
+            {_json_rows(_RECEIPT_TYPES)}
             ON CONFLICT (key) DO NOTHING
             RETURNING key
         """
