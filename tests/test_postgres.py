@@ -783,3 +783,18 @@ async def test_claimed_receipts_read_back_exactly_what_the_claim_decided(
             assert receipt.lease_expires_at == claim.lease_expires_at == at + ttl
             assert receipt.updated_at == at
             assert (receipt.result_json, receipt.error_json) == (None, None)
+
+
+async def test_receipts_leave_room_on_their_pages_for_their_completion(
+    store: PostgresStore,
+) -> None:
+    # fillfactor 50: a completion is a HOT update on the claim's page.
+    def reloptions(conn: Any) -> Any:
+        found = conn.execute(
+            "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = 'receipts'",
+            (store.schema,),
+        ).fetchone()
+        return found[0] if found is not None else None
+
+    assert await store._call("reloptions", reloptions) == ["fillfactor=50"]
