@@ -28,16 +28,16 @@ class PlayContext(DurableEffects):
     @property
     def run_id(self) -> str:
         """The id of this run; rerunning with it resumes."""
-        return self._services.run_id
+        return self._services.run.run_id
 
     @property
     def attempt(self) -> int:
         """1 on the first execution of this run, then 2, 3, ... on each resume."""
-        return self._services.attempt
+        return self._services.run.attempt
 
     @property
     def play_name(self) -> str:
-        return self._services.play
+        return self._services.run.play
 
     # -- authoring API ------------------------------------------------------
     def dataset(self, key: str, rows: Iterable[Mapping[str, Any]]) -> Dataset:
@@ -56,7 +56,7 @@ class PlayContext(DurableEffects):
         naming the file, the line and the column. A field may hold up to
         ``Limits.csv_field_limit`` characters.
         """
-        limit = self._services.limits.csv_field_limit
+        limit = self._services.run.limits.csv_field_limit
         return source("csv", path, required, field_limit=limit)
 
     def jsonl(self, path: str, required: Sequence[str] = ()) -> Any:
@@ -71,7 +71,7 @@ class PlayContext(DurableEffects):
         On rerun the stored value is returned without calling ``fn``.
         """
         services = self._services
-        return await services.step(step_receipt_key(services.run_id, key), key, fn, stale_after)
+        return await services.step(step_receipt_key(services.run.run_id, key), key, fn, stale_after)
 
     async def play(self, child: Any, input: Any = None) -> Any:
         """Run the play ``child`` on ``input`` as a child of this run, and return its output.

@@ -58,11 +58,9 @@ class DurableEffects:
         :class:`PersistenceLatchTripped`, :class:`RunEnded` (the context's
         run has ended).
         """
-        services = self._services
-        return await services.receipts.call_tool(
+        return await self._services.receipts.call_tool(
             tool_id,
             input,
-            scope=services.play,
             force=force,
             stale_after=stale_after,
             timeout=timeout,

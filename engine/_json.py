@@ -11,6 +11,8 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from ._errors import PlayInputError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -93,6 +95,14 @@ canonical_json = _fast(
 )
 
 dumps = _fast(_compact, "dumps", "Compact JSON in insertion order (for stored rows and payloads).")
+
+
+def play_input_json(input: Any, what: str) -> str:
+    """A play's input as canonical JSON; without one, :class:`PlayInputError` naming ``what``."""
+    try:
+        return canonical_json(input)
+    except (TypeError, ValueError) as exc:
+        raise PlayInputError(f"{what} must be JSON-serialisable: {exc}") from None
 
 
 def _to_dict(value: Any) -> Any:

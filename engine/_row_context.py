@@ -41,14 +41,14 @@ class RowContext(DurableEffects):
 
     @property
     def run_id(self) -> str:
-        return self._services.run_id
+        return self._services.run.run_id
 
     async def step(
         self, key: str, fn: Callable[[], Any], *, stale_after: float | None = None
     ) -> Any:
         """A durable step scoped to this row (same ``key`` in two rows: two steps)."""
         services = self._services
-        receipt_key = row_step_receipt_key(services.run_id, self.dataset, self.key, key)
+        receipt_key = row_step_receipt_key(services.run.run_id, self.dataset, self.key, key)
         return await services.step(receipt_key, key, fn, stale_after)
 
     async def play(self, child: Any, input: Any = None) -> Any:

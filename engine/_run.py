@@ -14,101 +14,92 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from ._children import ChildScope, Lineage
+from ._children import ChildRunner, ChildScope, DepthAdmission, Lineage
 from ._errors import (
     ChildPlayFailed,
     CorruptReceipt,
     PlayCycleError,
     PlayDefinitionError,
     PlayDepthExceeded,
-    PlayInputError,
     RunIdConflict,
     RunWaiting,
     format_error,
 )
-from ._json import canonical_json
+from ._json import play_input_json
 from ._keys import child_play_key, child_run_id, fetch_receipt_key
-from ._phase import StoreCalls, child_done, current_row, waiting_on_child
+from ._phase import child_done, current_row, waiting_on_child
 from ._receipts import Dispatcher, local_executor
 from ._trace._records import ChildFinished, ChildStarted, PlayLog
+from ._waits import RunWaits
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Callable
 
     import trio
 
     from ._budget import ByteBudget
-    from ._children import ChildRunner
-    from ._cleanup import CleanupBudget
     from ._fetch import Fetcher, FetchOptions, FetchResponse
-    from ._limits import Limits
-    from ._loop_lag import LoopWatch
-    from ._store import Store
+    from ._run_facts import RunFacts
     from ._tools import ToolCall
-    from ._trace import Recorder
-    from ._waits import RunWaits
 
 play_log = logging.getLogger("trioplay.play")
+
+
+class RunRuntime(ChildRunner, Protocol):
+    """What the run's services ask of the runtime (``Runtime``)."""
+
+    depths: DepthAdmission
+    """The row limiter and byte budget of each depth of child plays."""
+
+    async def fetcher(self) -> Fetcher:
+        """The runtime's HTTP client, opened on first use."""
+        ...
 
 
 @attrs.define(eq=False)
 class RunServices:
     """The per-run services: identity, store, limits, admission and the receipts dispatcher."""
 
-    run_id: str
-    attempt: int
-    play: str
-    store: Store
-    limits: Limits
-    owner: str
-    wall_clock: Callable[[], float]
-    row_limiter: trio.CapacityLimiter
-    row_budget: ByteBudget
+    run: RunFacts
+    """Who the run is, its store, limits, clock, cleanup budget and recorders (the
+    dispatcher's too); the map's writer and page leases clean up within ``run.cleanup``."""
     receipts: Dispatcher
-    fetcher: Callable[[], Awaitable[Fetcher]]
-    cleanup: CleanupBudget
-    """The run's one cleanup budget: the map's writer and page leases clean up within it."""
-    waits: RunWaits
-    """The run's event waits: registration, lingering, the waits it suspended on."""
-    facts: Recorder | None = None
-    """Where every event goes (the ``on_event`` listener reads its facts), or ``None``."""
-    trace: Recorder | None = None
-    """``facts`` when a sink wants every event (a row's, a call's), else ``None``: test it
-    before building one."""
-    store_calls: StoreCalls = attrs.field(factory=StoreCalls)
-    """The run's store calls in flight (``store`` reports to it), for the stall line."""
-    loop_watch: LoopWatch | None = None
-    """The run's loop-lag watchdog, for the stall line's ``loop_lag_ms``."""
+    runtime: RunRuntime
+    """The runtime: its HTTP client (``fetch``), the child plays it finds and runs, its
+    row admission by depth."""
     datasets: set[str] = attrs.field(factory=set)
     """The names of the datasets run so far in this attempt."""
-    lineage: Lineage | None = None
-    """The run's place among child plays; ``None``: a root (see :attr:`tree`)."""
-    children: ChildRunner | None = None
-    """The runtime, to find and run child plays (``ctx.play``, ``rc.play``)."""
     play_children: ChildScope = attrs.field(factory=ChildScope)
     """The play's own children (``ctx.play``): their fan-out, made on first use."""
     children_started: int = 0
     """Child plays called so far in this attempt (``Limits.max_children_per_run``)."""
+    waits: RunWaits = attrs.field(init=False)
+    """The run's event waits: registration, lingering, the waits it suspended on."""
+    tree: Lineage = attrs.field(init=False)
+    """The run's place among child plays (``run.lineage``, or a root's)."""
+    row_limiter: trio.CapacityLimiter = attrs.field(init=False)
+    row_budget: ByteBudget = attrs.field(init=False)
+    """The admission of the run's rows: its depth's (``DepthAdmission``)."""
 
-    @property
-    def tree(self) -> Lineage:
-        """The run's lineage, a root's made on first use."""
-        if self.lineage is None:
-            self.lineage = Lineage.root(self.run_id, self.play)
-        return self.lineage
+    def __attrs_post_init__(self) -> None:
+        run = self.run
+        self.waits = RunWaits(run=run, spawn=self.receipts.start_soon)
+        self.tree = run.lineage if run.lineage is not None else Lineage.root(run.run_id, run.play)
+        self.row_limiter, self.row_budget = self.runtime.depths.of(self.tree.depth)
 
     def log(self, message: str, **where: str) -> None:
         """A ``play.log`` line and event; ``where`` names the map and row, if any."""
+        run = self.run
         if where:
-            play_log.info("[%s] %s[%s]: %s", self.run_id, where["map"], where["row"], message)
+            play_log.info("[%s] %s[%s]: %s", run.run_id, where["map"], where["row"], message)
         else:
-            play_log.info("[%s] %s", self.run_id, message)
-        if self.facts is not None:
-            self.facts.add(PlayLog, str(message), where.get("map"), where.get("row"), self.run_id)
+            play_log.info("[%s] %s", run.run_id, message)
+        if run.facts is not None:
+            run.facts.add(PlayLog, str(message), where.get("map"), where.get("row"), run.run_id)
 
     async def step(
         self, receipt_key: str, name: str, fn: Callable[[], Any], stale_after: float | None
@@ -130,27 +121,21 @@ class RunServices:
         caller's row and the input.
         """
         self.receipts.raise_if_ended()
-        runner = self.children
-        if runner is None:
-            raise PlayDefinitionError("child plays run only in a runtime's run")
+        runner = self.runtime
         fn, name = runner.find_play(child)
-        try:
-            input_json = canonical_json(input)
-        except (TypeError, ValueError) as exc:
-            raise PlayInputError(
-                f"the input of child play {name!r} must be JSON-serialisable: {exc}"
-            ) from None
-        lineage = self.tree.child(self.run_id, name, self.limits)
-        scope.count(self.limits, self.run_id, self.children_started)
+        input_json = play_input_json(input, f"the input of child play {name!r}")
+        run = self.run
+        lineage = self.tree.child(run.run_id, name, run.limits)
+        scope.count(run.limits, run.run_id, self.children_started)
         self.children_started += 1
-        key = child_play_key(self.run_id, scope.dataset, scope.row_key, name, input_json)
+        key = child_play_key(run.run_id, scope.dataset, scope.row_key, name, input_json)
         run_id = child_run_id(name, key)
 
         async def execute(_call: ToolCall) -> Any:
-            facts = self.facts
+            facts = run.facts
             if facts is not None:
                 where = (run_id, name, lineage.depth, scope.dataset, scope.row_key)
-                facts.add(ChildStarted, self.run_id, *where)
+                facts.add(ChildStarted, run.run_id, *where)
             status, error = "failed", None
             row = waiting_on_child(run_id)
             try:
@@ -176,11 +161,11 @@ class RunServices:
             finally:
                 child_done(row)
                 if facts is not None:
-                    facts.add(ChildFinished, self.run_id, run_id, status, error)
+                    facts.add(ChildFinished, run.run_id, run_id, status, error)
 
         # A child runs as long as it runs: no tool deadline (its own calls have theirs).
         effect = functools.partial(self.receipts.run_effect, "play", name, key, execute)
-        async with scope.fan_out(self.limits):
+        async with scope.fan_out(run.limits):
             try:
                 return await effect(timeout=math.inf)
             except RunWaiting as waiting:
@@ -193,7 +178,7 @@ class RunServices:
         from ._fetch import FetchResponse
 
         self.receipts.raise_if_ended()  # before the runtime's client is opened for nothing
-        fetcher = await self.fetcher()
+        fetcher = await self.runtime.fetcher()
         # Parsed and checked once: its identity keys the receipt, and it is what is sent.
         outgoing = fetcher.prepare(url, options)
 
@@ -210,7 +195,7 @@ class RunServices:
             return response.to_record()
 
         name = f"{outgoing.method} {fetcher.redact(url)}"
-        key = fetch_receipt_key(self.run_id, outgoing.identity())
+        key = fetch_receipt_key(self.run.run_id, outgoing.identity())
         # The fetch deadlines bound it; the tool timeout is only a backstop.
         record = await self.receipts.run_effect(
             "fetch", name, key, execute, force=force, stale_after=stale_after

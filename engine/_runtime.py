@@ -23,14 +23,13 @@ from ._collector import tuned_for_run
 from ._context import PlayContext
 from ._errors import (
     PlayDefinitionError,
-    PlayInputError,
     RunCancelled,
     RunIdConflict,
     RunWaiting,
     format_error,
 )
 from ._governor import Governor
-from ._json import canonical_json, digest, dumps, dumps_output
+from ._json import digest, dumps, dumps_output, play_input_json
 from ._limits import FetchTimeouts, Limits
 from ._loop_lag import LoopWatch
 from ._owner import current_owner
@@ -44,7 +43,7 @@ from ._tools import ToolRegistry
 from ._trace._listen import EventListener
 from ._trace._recorder import Recorder
 from ._trace._records import RunFinished, RunStarted
-from ._waits import MISSING, RunWaits, event_request, run_waiting, send_checked, suspension
+from ._waits import MISSING, event_request, run_waiting, send_checked, suspension
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -60,6 +59,18 @@ log = logging.getLogger("trioplay")
 
 class Play(Protocol):
     def __call__(self, ctx: PlayContext, input: Any, /) -> Awaitable[Any]: ...
+
+
+class RuntimeSettings(Protocol):
+    """What ``open_runtime(settings=...)`` reads: the command line's configuration
+    (``trioplay._cli._config.Settings``) and a scenario's ``Setup`` are such records."""
+
+    @property
+    def limits(self) -> Limits | None: ...
+    @property
+    def fetch_timeouts(self) -> FetchTimeouts | None: ...
+    @property
+    def allow_networks(self) -> Sequence[str]: ...
 
 
 _P = TypeVar("_P", bound=Play)
@@ -236,52 +247,27 @@ class Runtime:
         dispatcher: Dispatcher | None = None
         try:
             store_calls = StoreCalls()
-            store = store_calls.watch(self._store)
             setup = DispatchSetup(
-                store=store,
+                run_id=run_id,
+                attempt=record.attempt,
+                play=name,
+                owner=self.owner,
+                lineage=lineage,
+                store=store_calls.watch(self._store),
+                store_calls=store_calls,
+                limits=self.limits,
+                wall_clock=self.wall_clock,
+                cleanup=cleanup,
+                facts=self.facts,
+                trace=self.trace,
                 governor=self.governor,
                 tools=self.tools,
-                limits=self.limits,
-                run_id=run_id,
-                owner=self.owner,
-                wall_clock=self.wall_clock,
                 fetch=self.raw_fetch,
-                trace=self.trace,
-                cleanup=cleanup,
             )
             async with open_dispatcher(setup) as dispatcher:
                 stats = dispatcher.stats
                 loop_watch = LoopWatch(self.limits.loop_lag_threshold, self.facts, run_id)
-                row_limiter, row_budget = self.depths.of(lineage.depth if lineage else 0)
-                waits = RunWaits(
-                    store=store,
-                    run_id=run_id,
-                    limits=self.limits,
-                    wall_clock=self.wall_clock,
-                    spawn=dispatcher.start_soon,
-                    trace=self.trace,
-                )
-                services = RunServices(
-                    run_id=run_id,
-                    attempt=record.attempt,
-                    play=name,
-                    store=store,
-                    limits=self.limits,
-                    owner=self.owner,
-                    wall_clock=self.wall_clock,
-                    row_limiter=row_limiter,
-                    row_budget=row_budget,
-                    receipts=dispatcher,
-                    fetcher=self.fetcher,
-                    facts=self.facts,
-                    trace=self.trace,
-                    store_calls=store_calls,
-                    loop_watch=loop_watch,
-                    cleanup=cleanup,
-                    lineage=lineage,
-                    children=self,
-                    waits=waits,
-                )
+                services = RunServices(run=setup, receipts=dispatcher, runtime=self)
                 returned: list[Any] = []
                 done = trio.Event()
 
@@ -304,10 +290,10 @@ class Runtime:
                 dispatcher.start_soon(loop_watch.run)
                 dispatcher.start_soon(body)
                 await done.wait()
-            if waits.suspended:
+            if services.waits.suspended:
                 status = "waiting"
                 raise await run_waiting(
-                    self._store, run_id, list(waits.suspended.values()), self.wall_clock()
+                    self._store, run_id, list(services.waits.suspended.values()), self.wall_clock()
                 )
             [output] = returned
             try:
@@ -405,10 +391,7 @@ async def _begin_attempt(
     now: float,
 ) -> RunRecord:
     """Begin the run's next attempt in the store, or refuse the run (before anything runs)."""
-    try:
-        input_json = canonical_json(input)
-    except (TypeError, ValueError) as exc:
-        raise PlayInputError(f"play input must be JSON-serialisable: {exc}") from None
+    input_json = play_input_json(input, "play input")
     if run_id is None:
         run_id = default_run_id(name, input_json)
     begin: dict[str, Any] = {} if play_ref is None else {"play_ref": play_ref}
@@ -539,6 +522,7 @@ async def open_runtime(
     wall_clock: Callable[[], float] = time.time,
     recorder: Recorder | None = None,
     plays: Sequence[Play] = (),
+    settings: RuntimeSettings | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: ``async with open_runtime(store=..., tools=...) as rt:``.
 
@@ -551,9 +535,16 @@ async def open_runtime(
     ``fetch`` (tests, scenarios); ``wall_clock`` is the clock of lease
     expiry and stored timestamps. ``plays`` are the plays a child call may
     name (``ctx.play("score-account", input)``); a play run here is known too.
+    ``settings`` gives ``limits``, ``fetch_timeouts`` and ``allow_networks``
+    as one record, instead of those three keywords (with any of them: ``TypeError``).
 
     On exit every task, socket and connection the runtime opened is closed.
     """
+    if settings is not None:
+        if limits is not None or fetch_timeouts is not None or allow_networks:
+            raise TypeError("open_runtime: give settings= or its three keywords, not both")
+        limits, fetch_timeouts = settings.limits, settings.fetch_timeouts
+        allow_networks = settings.allow_networks
     limits = limits or Limits()
     # on_event is a sink of the recorder's, live: the recorder is the one stream.
     listener = EventListener(on_event) if on_event is not None else None

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from ._limits import Limits
+    from ._run_facts import RunFacts
     from ._store import WaitStore
     from ._trace import Recorder
 
@@ -170,12 +171,8 @@ class _Lingering:
 class RunWaits:
     """The event waits of one run attempt (see the module docstring)."""
 
-    _store: WaitStore
-    run_id: str
-    _limits: Limits
-    _now: Callable[[], float] = attrs.field(alias="wall_clock")
+    _run: RunFacts
     _spawn: Callable[..., None]
-    _trace: Recorder | None
     _send: trio.MemorySendChannel[_Pending] | None = attrs.field(init=False, default=None)
     _lingering: dict[str, _Lingering] = attrs.field(init=False, factory=dict)
     _poller: bool = attrs.field(init=False, default=False)
@@ -199,11 +196,12 @@ class RunWaits:
         """The wait to register, every argument checked (nothing is written on a bad one)."""
         checked = check_name(name)
         key_text = key_json(key)
-        at = wait_deadline(timeout, deadline, now=self._now(), limits=self._limits)
+        run = self._run
+        at = wait_deadline(timeout, deadline, now=run.wall_clock(), limits=run.limits)
         occurrence = occurrences.next(checked, key_text)
         return WaitRequest(
-            wait_key=wait_key(self.run_id, dataset, row_key, checked, key_text, occurrence),
-            run_id=self.run_id,
+            wait_key=wait_key(run.run_id, dataset, row_key, checked, key_text, occurrence),
+            run_id=run.run_id,
             dataset=dataset,
             row_key=row_key,
             name=checked,
@@ -226,8 +224,9 @@ class RunWaits:
             raise pending.error
         assert pending.record is not None
         record = pending.record
-        if self._trace is not None:
-            self._trace.add(
+        trace = self._run.trace
+        if trace is not None:
+            trace.add(
                 WaitRegistered,
                 record.wait_key,
                 record.dataset,
@@ -250,8 +249,8 @@ class RunWaits:
                     except trio.WouldBlock:
                         break
                 try:
-                    records = await self._store.register_waits(
-                        [pending.request for pending in batch], now=self._now()
+                    records = await self._run.store.register_waits(
+                        [pending.request for pending in batch], now=self._run.wall_clock()
                     )
                 except Exception as exc:
                     for pending in batch:
@@ -297,9 +296,10 @@ class RunWaits:
         if record.status == "waiting":
             self.suspended[record.wait_key] = record
             raise RowSuspended(record)
-        if self._trace is not None:
-            self._trace.add(WaitSettled, record.wait_key, record.status)
-        return settled_value(record, default, self.run_id)
+        trace = self._run.trace
+        if trace is not None:
+            trace.add(WaitSettled, record.wait_key, record.status)
+        return settled_value(record, default, self._run.run_id)
 
     async def _linger(self, record: WaitRecord, seconds: float) -> WaitRecord:
         """Wait in-process up to ``seconds`` for the wait to settle.
@@ -308,9 +308,9 @@ class RunWaits:
         it, which times the wait out: the row then gets its default (or
         ``EventWaitTimeout``) in this attempt instead of suspending.
         """
-        left = record.deadline - self._now()
+        left = record.deadline - self._run.wall_clock()
         if seconds >= left:
-            seconds = max(0.0, left) + 2 * self._limits.event_poll_interval
+            seconds = max(0.0, left) + 2 * self._run.limits.event_poll_interval
         lingering = _Lingering(record)
         self._lingering[record.wait_key] = lingering
         if not self._poller:
@@ -325,7 +325,7 @@ class RunWaits:
 
     async def _poll(self) -> None:
         """Poll every lingering wait of the run in one store call per interval."""
-        interval = self._limits.event_poll_interval
+        interval = self._run.limits.event_poll_interval
         try:
             while self._lingering:
                 await trio.sleep(interval)
@@ -333,7 +333,7 @@ class RunWaits:
                 if not keys:
                     break
                 try:
-                    records = await self._store.poll_waits(keys, now=self._now())
+                    records = await self._run.store.poll_waits(keys, now=self._run.wall_clock())
                 except Exception:
                     continue  # a store hiccup: the next interval asks again
                 for key, record in zip(keys, records, strict=True):

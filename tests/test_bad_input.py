@@ -113,6 +113,36 @@ def test_bad_limits_are_refused_at_once() -> None:
         trioplay.Limits(page_size=0)
 
 
+@attrs.frozen
+class _Settings:
+    limits: trioplay.Limits = attrs.field(factory=lambda: trioplay.Limits(page_size=7))
+    fetch_timeouts: trioplay.FetchTimeouts = attrs.field(
+        factory=lambda: trioplay.FetchTimeouts(total=9.0)
+    )
+    allow_networks: tuple[str, ...] = ("127.0.0.0/8",)
+
+
+async def test_open_runtime_takes_its_settings_as_one_record() -> None:
+    settings = _Settings()
+    async with trioplay.open_runtime(store=MemoryStore(), settings=settings) as rt:
+        assert (rt.limits, rt.fetch_timeouts) == (settings.limits, settings.fetch_timeouts)
+        assert rt.allow_networks == settings.allow_networks
+
+
+@pytest.mark.parametrize(
+    "keyword",
+    [
+        {"limits": trioplay.Limits()},
+        {"fetch_timeouts": trioplay.FetchTimeouts()},
+        {"allow_networks": ["10.0.0.0/8"]},
+    ],
+)
+async def test_settings_and_one_of_its_keywords_are_refused(keyword: dict[str, Any]) -> None:
+    with pytest.raises(TypeError, match="give settings= or its three keywords, not both"):
+        async with trioplay.open_runtime(store=MemoryStore(), settings=_Settings(), **keyword):
+            pass
+
+
 def _tool_with(**options: Any) -> Any:
     async def tool(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
         return input

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -22,9 +23,20 @@ import trio.testing
 import trioplay
 from trioplay._cli._progress import RunReporter, format_summary
 from trioplay._cli._summary import summary_data
+from trioplay._pictures._timeline import _Run
+from trioplay._trace._spans import Span, Spans
 from trioplay.adapters.faults import PeerTakeover
 from trioplay.adapters.scenarios import find
-from trioplay.events import JsonlSink, MapFinished, PageLost, from_json, replay
+from trioplay.events import (
+    CallFinished,
+    CallSettled,
+    CallStarted,
+    JsonlSink,
+    MapFinished,
+    PageLost,
+    from_json,
+    replay,
+)
 from trioplay.scenario import Setup, describe, run_scenario
 from trioplay.stores.memory import MemoryStore
 
@@ -163,3 +175,41 @@ def test_a_page_lost_event_reads_back_from_its_line() -> None:
     line = json.loads(text.getvalue())
     assert (line["type"], line["rows"], line["keys"]) == ("page.lost", 2, ["a", "b"])
     assert from_json(line) == lost
+
+
+def _slots(events: list[Any]) -> list[Span]:
+    """The governor-slot spans the trace and the timeline draw of ``events``."""
+    ended: list[Span] = []
+    spans = Spans(ended.append)
+    for e in events:
+        spans.feed(e)
+    spans.close(max(e.at for e in events))
+    return [span for span in ended if span.kind == "slot"]
+
+
+def test_the_calls_of_a_lost_pages_rows_end_cancelled_at_the_loss() -> None:
+    # The three rows left to the peer had their calls running: each call ends
+    # with one call.finished and one call.settled saying it was cancelled, and
+    # holds its provider slot no longer than the loss, in the trace and in
+    # the timeline's provider panel.
+    result = _peer_takeover()
+    events = result.events
+    [lost] = [e for e in events if isinstance(e, PageLost)]
+    started = Counter(e.call for e in events if isinstance(e, CallStarted))
+    finished = Counter(e.call for e in events if isinstance(e, CallFinished))
+    settled = Counter(e.call for e in events if isinstance(e, CallSettled))
+    assert finished == started == settled
+    cancelled = [e for e in events if isinstance(e, CallFinished) and e.outcome == "cancelled"]
+    assert len(cancelled) == 3
+    assert all(e.at == pytest.approx(lost.at) for e in cancelled)
+    outcomes = Counter(e.outcome for e in events if isinstance(e, CallSettled))
+    assert outcomes == {"completed": 37, "cancelled": 3}
+    slots = _slots(events)
+    assert len(slots) == 40
+    assert not [span for span in slots if span.args.get("unfinished")]
+    assert max(span.end for span in slots) == pytest.approx(lost.at)
+    drawn = _Run(events).providers["acme"]
+    means = drawn.means()
+    bins_after = [mean for i, mean in enumerate(means) if drawn.t0 + i * drawn.width > lost.at]
+    assert bins_after
+    assert max(bins_after) == 0

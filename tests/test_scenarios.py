@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -19,7 +20,14 @@ import pytest
 from trioplay._scenario._judge import judge
 from trioplay.adapters.scenarios import BUILT_IN, find
 from trioplay.adapters.simulated import SimulatedProvider
-from trioplay.events import LoopLag, MapProgress, MapStall
+from trioplay.events import (
+    CallFinished,
+    CallSettled,
+    CallStarted,
+    LoopLag,
+    MapProgress,
+    MapStall,
+)
 from trioplay.scenario import Expect, ScenarioResult, run_scenario
 
 NAMES = [scenario.name for scenario in BUILT_IN]
@@ -275,6 +283,15 @@ def test_a_cancelled_run_reported_only_what_it_stored() -> None:
     result = _run("cancel-mid-page")
     assert result.virtual_seconds == pytest.approx(12, abs=1.5)
     assert 0 < result.counts()["completed"] <= result.stored_rows["completed"] < 3000
+    # Each call running at the cancel ends there, cancelled: none is left holding a slot.
+    ends = Counter(
+        (type(e).__name__, e.outcome)
+        for e in result.events
+        if isinstance(e, CallFinished | CallSettled) and e.outcome == "cancelled"
+    )
+    assert ends["CallFinished", "cancelled"] == ends["CallSettled", "cancelled"] > 0
+    started = sum(isinstance(e, CallStarted) for e in result.events)
+    assert started == sum(isinstance(e, CallSettled) for e in result.events)
 
 
 def test_the_starved_loop_is_an_event_and_the_named_cause() -> None:

@@ -118,6 +118,107 @@ async def test_a_stall_is_an_event_with_its_cause(autojump_clock: trio.abc.Clock
     assert len(timeouts) == 1
 
 
+def _call_ends(events: list[Event]) -> tuple[Counter[str], Counter[str], Counter[str]]:
+    """Per call: its ``call.started``, ``call.finished`` and ``call.settled`` records."""
+    kinds = (r.CallStarted, r.CallFinished, r.CallSettled)
+    return tuple(Counter(e.call for e in events if isinstance(e, kind)) for kind in kinds)  # type: ignore[return-value]
+
+
+async def test_a_run_cancelled_mid_call_ends_each_started_call(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Rows 5 and 9 hang in their call when the run is cancelled: each call
+    # ends, once, cancelled, and its receipt is released, not recorded.
+    play, tools = map_with_hung_rows(frozenset({"d5.example", "d9.example"}), rows=12)
+    kept = ListSink()
+    recorder = Recorder(kept, batch=7)
+    store = MemoryStore()
+    async with trioplay.open_runtime(store=store, tools=tools, recorder=recorder) as rt:
+        with trio.move_on_after(30.0) as scope:
+            await rt.run(play, {}, run_id="r1")
+        recorder.close()
+        assert scope.cancelled_caught
+        receipts = await store.count_receipts("r1")
+    started, finished, settled = _call_ends(kept.events)
+    assert len(started) == 12
+    assert finished == started == settled
+    ends = [e for e in kept.events if isinstance(e, r.CallFinished | r.CallSettled)]
+    cancelled = [e for e in ends if e.outcome == "cancelled"]
+    assert len(cancelled) == 4  # two calls, each finished and settled
+    assert {e.at for e in cancelled} == {30.0}
+    assert {getattr(e, "error", None) for e in cancelled} == {"Cancelled", None}
+    # The cancelled calls recorded nothing: their leases released, their receipts pending.
+    assert receipts == {"completed": 10, "pending": 2}
+
+
+async def test_the_calls_of_rows_cancelled_by_their_maps_failure_end_cancelled(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # d3's resolver fails at 10 s with on_row_error="fail": the map fails and
+    # cancels its other rows, whose calls (hung) end cancelled there.
+    async def finder(input: dict[str, Any], _call: trioplay.ToolCall) -> Any:
+        if input["domain"] in ("d5.example", "d9.example"):
+            await trio.sleep_forever()
+        return {"email": "x@" + input["domain"]}
+
+    async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+        if row["domain"] == "d3.example":
+            await trio.sleep(10.0)
+            raise ValueError("no")
+        return (await rc.tool("finder", {"domain": row["domain"]}))["email"]
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        rows = ctx.dataset("s", leads(12)).with_column("email", resolver)
+        return await rows.run(key="domain", on_row_error="fail")
+
+    kept = ListSink()
+    recorder = Recorder(kept, batch=7)
+    async with trioplay.open_runtime(
+        store=MemoryStore(), tools=registry(finder=finder), recorder=recorder
+    ) as rt:
+        with pytest.raises(ValueError, match="no"):
+            await rt.run(play, {}, run_id="r1")
+        recorder.close()
+    started, finished, settled = _call_ends(kept.events)
+    assert len(started) == 11
+    assert finished == started == settled
+    cancelled = [
+        e for e in kept.events if isinstance(e, r.CallSettled) and e.outcome == "cancelled"
+    ]
+    assert len(cancelled) == 2
+    assert {e.at for e in cancelled} == {10.0}
+
+
+async def test_a_call_cancelled_while_it_waits_to_retry_ends_cancelled(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Its first try finished ``retry`` (rate limited for 60 s); the run is
+    # cancelled during the wait: the call settles once, cancelled.
+    async def limited(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        raise trioplay.ProviderTransientError("rate_limit", "429", retry_after=60.0)
+
+    tools = trioplay.ToolRegistry()
+    tools.add("t", limited, retries=3)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.tool("t", {"x": 1})
+
+    kept = ListSink()
+    recorder = Recorder(kept)
+    async with trioplay.open_runtime(store=MemoryStore(), tools=tools, recorder=recorder) as rt:
+        with trio.move_on_after(30.0):
+            await rt.run(play, {}, run_id="r1")
+        recorder.close()
+    ends = [
+        (e.TYPE, e.outcome, e.at)
+        for e in kept.events
+        if isinstance(e, r.CallFinished | r.CallSettled)
+    ]
+    assert ends == [("call.finished", "retry", 0.0), ("call.settled", "cancelled", 30.0)]
+
+
 async def _jsonl_of_a_run() -> str:
     text = io.StringIO()
     play, tools = map_with_hung_rows(frozenset({"d7.example"}), rows=120)

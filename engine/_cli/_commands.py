@@ -407,14 +407,8 @@ async def _run_recorded(
     from .._runtime import open_runtime
     from ._progress import OutputFile
 
-    settings = spec.settings
     async with open_runtime(
-        store=spec.store,
-        tools=spec.tools,
-        limits=settings.limits,
-        fetch_timeouts=settings.fetch_timeouts,
-        allow_networks=settings.allow_networks,
-        recorder=recorder,
+        store=spec.store, tools=spec.tools, settings=spec.settings, recorder=recorder
     ) as rt:
         error: Exception | None = None
         try:

@@ -78,7 +78,7 @@ class Dataset:
             )
         if on_waiting not in ("stop", "return"):
             raise PlayDefinitionError(f"on_waiting must be 'stop' or 'return', got {on_waiting!r}")
-        size = page_size if page_size is not None else self._services.limits.page_size
+        size = page_size if page_size is not None else self._services.run.limits.page_size
         problem = MANY.problem(size)
         if problem is not None:
             raise PlayDefinitionError(f"page_size {problem}")

@@ -159,14 +159,14 @@ class PageLeases:
     def of_map(cls, services: RunServices, dataset: str) -> PageLeases:
         """The page leases of the map of ``dataset`` in the run of ``services``."""
         return cls(
-            services.store,
-            services.run_id,
+            services.run.store,
+            services.run.run_id,
             dataset,
-            services.owner,
-            services.attempt,
-            services.limits,
-            services.wall_clock,
-            services.cleanup,
+            services.run.owner,
+            services.run.attempt,
+            services.run.limits,
+            services.run.wall_clock,
+            services.run.cleanup,
         )
 
     async def claim(

@@ -66,12 +66,12 @@ class RowResolver:
     _limits: Limits = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._limits = self._services.limits
+        self._limits = self._services.run.limits
 
     async def resolve(
         self, page: Page, position: int, key: str, data: dict[str, Any]
     ) -> tuple[SheetRow | None, BaseException | None]:
-        attempt = self._services.attempt
+        attempt = self._services.run.attempt
         if page.plan.rejected:  # rows whose key field is missing or empty
             error = page.plan.rejection(key)
             if error is not None:  # the row fails, its columns never run

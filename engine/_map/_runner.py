@@ -68,22 +68,22 @@ async def run_map(
     is ``"return"``.
     """
     services.receipts.raise_if_ended()  # a dataset of a context kept past its run
-    limits = services.limits
-    report = MapReport(services.run_id, name, services.facts, services.trace)
-    planner = RowPlanner(services.store, services.run_id, name, key, services.attempt)
+    limits = services.run.limits
+    report = MapReport(services.run.run_id, name, services.run.facts, services.run.trace)
+    planner = RowPlanner(services.run.store, services.run.run_id, name, key, services.run.attempt)
     result = MapResult(
         dataset=name,
-        run_id=services.run_id,
-        sheet=services.store,
+        run_id=services.run.run_id,
+        sheet=services.run.store,
         retained_budget=limits.retained_rows_budget_bytes,
     )
     ledger = CommitLedger(result, planner.done, report)
     writer = TerminalRowWriter(
-        services.store,
-        services.run_id,
+        services.run.store,
+        services.run.run_id,
         name,
         limits,
-        cleanup=services.cleanup,
+        cleanup=services.run.cleanup,
         commits=ledger,
         report=report,
     )
@@ -286,11 +286,11 @@ class _MapRun:
             observer = MapStallObserver(
                 map_name=self.name,
                 page_offset=offset,
-                interval=self.services.limits.stall_log_interval,
+                interval=self.services.run.limits.stall_log_interval,
                 writer_diagnostics=self.writer.diagnostics,
                 emit=report.stalled,
-                store_calls=self.services.store_calls,
-                loop_watch=self.services.loop_watch,
+                store_calls=self.services.run.store_calls,
+                loop_watch=self.services.run.store_calls.loop_watch,
             )
             report.page_started(offset, len(plan.rows))
             with self.writer.sender() as sender:

@@ -109,6 +109,7 @@ class Dispatcher:
             leases=leases,
         )
         self._tools = setup.tools
+        self._play = setup.play  # the scope of its tool receipts' keys
         self._governor = setup.governor
         self._limits = setup.limits
         self._spawn = self.start_soon = spawn
@@ -148,7 +149,6 @@ class Dispatcher:
         tool_id: str,
         input: Any,
         *,
-        scope: str,
         force: bool,
         stale_after: float | None,
         timeout: float | None,
@@ -175,7 +175,7 @@ class Dispatcher:
                 f"tool {tool_id!r}: its input must be JSON-serialisable ({exc})"
             ) from None
         if key is None:
-            key = tool_receipt_key(tool_id, text, scope)
+            key = tool_receipt_key(tool_id, text, self._play)
         provider = spec.provider
         entry = self._gates.get(provider)
         if entry is None:

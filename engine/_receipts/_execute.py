@@ -34,7 +34,7 @@ from .._json import dumps, loads
 from .._keys import idempotency_key
 from .._records import Completion, Failure, Lease
 from .._tools import ToolCall
-from .._trace._records import CallFinished, CallStarted
+from .._trace._records import CallFinished, CallSettled, CallStarted
 from ._call import DELIVERED, LOST, SETTLING, owner_gone, park, provider_of, wake
 from ._leases import unsettled
 
@@ -145,14 +145,14 @@ class Executor:
                         first.gate, first, first.row if batch is None else None
                     )
                 except trio.Cancelled:
-                    await self._release_shielded(unsettled(owned))
+                    await self._cancelled(owned, retry > 0)  # a retry's call had started
                     raise
             handed_over = False
             try:
                 delay = await self._execute_admitted(owned, batch, retry, retry < tries_left)
                 handed_over = delay is None  # the settler releases the slot
-            except trio.Cancelled:
-                await self._release_shielded(unsettled(owned))
+            except BaseException:  # cancelled (a group of Cancelled too), or a Ctrl-C
+                await self._cancelled(owned, True)
                 raise
             finally:
                 if gated and not handed_over:
@@ -163,8 +163,16 @@ class Executor:
             try:
                 await trio.sleep(delay)
             except trio.Cancelled:
-                await self._release_shielded(unsettled(owned))
+                await self._cancelled(owned, True)
                 raise
+
+    async def _cancelled(self, owned: list[tuple[_Call, Claimed]], started: bool) -> None:
+        """Release the leases of cancelled calls; a ``started`` one settles ``cancelled`` here."""
+        leases = unsettled(owned)
+        if started and self._trace is not None:
+            for lease in leases:
+                self._trace.add(CallSettled, lease.key, "cancelled")
+        await self._release_shielded(leases)
 
     async def _execute_admitted(
         self,
@@ -249,8 +257,11 @@ class Executor:
             results = [exc, *(_copy_error(exc) for _ in owned[1:])]
         except BaseException as exc:
             failure = aborted(exc, f"{first.operation} {first.name!r}")
-            if failure is None:
-                raise  # a cancellation, or a real Ctrl-C
+            if failure is None:  # a cancellation, or a real Ctrl-C: the call ends here
+                if trace is not None:
+                    for call, _ in owned:
+                        trace.add(CallFinished, call.key, "cancelled", type(exc).__name__)
+                raise
             results = [failure, *(_copy_error(failure) for _ in owned[1:])]
         error = results[0]
         if trace is not None:

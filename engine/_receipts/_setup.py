@@ -6,34 +6,25 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .._run_facts import RunFacts
+
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from .._cleanup import CleanupBudget
     from .._governor import Governor
-    from .._limits import Limits
-    from .._store import ReceiptStore
     from .._tools import FetchFunction, ToolRegistry
-    from .._trace import Recorder
 
 
-@attrs.frozen
-class DispatchSetup:
+@attrs.frozen(kw_only=True)
+class DispatchSetup(RunFacts):
     """What the dispatcher of one run works with: built by the runtime, handed whole.
 
-    Each collaborator of the dispatcher takes from it what it needs, once,
-    at construction. ``fetch`` is what tools get as ``ToolCall.fetch``;
-    ``cleanup`` is the run's cleanup budget, shared by every shielded
-    cleanup of the run; ``wall_clock`` stamps leases and receipts.
+    The run's facts (:class:`~trioplay._run_facts.RunFacts`: its id, store,
+    limits, ``wall_clock`` that stamps leases and receipts, ``cleanup``
+    budget shared by every shielded cleanup of the run) and the runtime's
+    ``governor``, ``tools`` and ``fetch`` (what tools get as
+    ``ToolCall.fetch``). Each collaborator of the dispatcher takes from it
+    what it needs, once, at construction.
     """
 
-    store: ReceiptStore
     governor: Governor
     tools: ToolRegistry
-    limits: Limits
-    run_id: str
-    owner: str
-    wall_clock: Callable[[], float]
     fetch: FetchFunction | None
-    cleanup: CleanupBudget
-    trace: Recorder | None = None

@@ -68,9 +68,7 @@ async def _run(scenario: Scenario, seed: int) -> ScenarioResult:
         async with open_runtime(
             store=setup.store(open_store(setup.store_url)),
             tools=setup.tools,
-            limits=setup.limits,
-            fetch_timeouts=setup.fetch_timeouts,
-            allow_networks=setup.allow_networks,
+            settings=setup,
             http_transport=setup.http_transport,
             recorder=recorder,
             wall_clock=lambda: EPOCH + trio.current_time(),

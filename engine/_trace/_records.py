@@ -216,7 +216,7 @@ class CallStarted(Event):
 class CallFinished(Event):
     TYPE = "call.finished"
     call: str
-    outcome: str  # ok, error, timeout, lease_lost, retry
+    outcome: str  # ok, error, timeout, lease_lost, retry, cancelled
     error: str | None
 
 
@@ -224,7 +224,7 @@ class CallFinished(Event):
 class CallSettled(Event):
     TYPE = "call.settled"
     call: str
-    outcome: str  # completed, failed, released, lease_lost, not_recorded
+    outcome: str  # completed, failed, released, lease_lost, not_recorded, cancelled
 
 
 # -- receipts and leases ------------------------------------------------------
