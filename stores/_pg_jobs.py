@@ -400,7 +400,6 @@ def claim_page(
 
 
 def begin_attempt(sql: Sql, begin: Begin, conn: Conn) -> tp.RunRecord:
-    """``begin`` as :data:`trioplay.stores._rules.Begin` holds it."""
     run_id, play, input_json, now, play_ref, parent_run_id = begin
     with transaction(conn):
         parent = get_run(sql, parent_run_id, conn) if parent_run_id is not None else None
