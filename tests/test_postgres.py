@@ -820,3 +820,40 @@ async def test_a_dead_network_bounds_a_cancelled_call_by_cancel_timeout(schema: 
         finally:
             await store.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_claimed_receipts_read_back_exactly_what_the_claim_decided(
+    store: PostgresStore,
+) -> None:
+    # Claims travel as one jsonb parameter (_pg_sql._json_rows): times keep
+    # every bit of their float, text its every character, for new keys (one
+    # INSERT) and for keys taken over from an expired lease (the upsert).
+    now = 1764600000.1234567
+    keys = ["ключ-😀", 'k"\\\t2']
+    requests = [ClaimRequest(key, "tool", "naïve ✓", "run-é") for key in keys]
+    for owner, at, ttl in (("o-ü", now, 0.3), ("o-2", now + 1 / 3, 30.1)):
+        claims = await store.claim_many(requests, owner=owner, lease_ttl=ttl, now=at)
+        receipts = await store.get_many(keys)
+        for key, claim, receipt in zip(keys, claims, receipts, strict=True):
+            assert isinstance(claim, trioplay.Claimed)
+            assert receipt is not None
+            assert (receipt.key, receipt.name, receipt.run_id) == (key, "naïve ✓", "run-é")
+            assert (receipt.owner, receipt.lease_id) == (owner, claim.lease_id)
+            assert receipt.lease_expires_at == claim.lease_expires_at == at + ttl
+            assert receipt.updated_at == at
+            assert (receipt.result_json, receipt.error_json) == (None, None)
+
+
+async def test_receipts_leave_room_on_their_pages_for_their_completion(
+    store: PostgresStore,
+) -> None:
+    # fillfactor 50: a completion is a HOT update on the claim's page.
+    def reloptions(conn: Any) -> Any:
+        found = conn.execute(
+            "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = 'receipts'",
+            (store.schema,),
+        ).fetchone()
+        return found[0] if found is not None else None
+
+    assert await store._call("reloptions", reloptions) == ["fillfactor=50"]
