@@ -40,8 +40,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check engine stores adapters tests benchmarks examples
 	$(BIN)/mypy
 
+# Two workers, one test file each at a time: the suite mostly waits (subprocesses,
+# PostgreSQL, real-time faults), so two files overlap their waiting even on two
+# cores (docs/architecture.md, "The test suite").
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test: lint unit
 

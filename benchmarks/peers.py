@@ -394,7 +394,7 @@ class _thread_bridge:
         return run_query
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self._pool.aclose(timeout=1)
+        await self._pool.stop()  # waits up to 1 s for its thread
 
 
 class _asyncio_bridge:

@@ -410,7 +410,7 @@ class Pool:
 
     Retired workers (abandoned mid-job) leave the pool at once and are
     replaced; their threads end by themselves once their connection is
-    severed, and :meth:`aclose` waits for them too (bounded).
+    severed, and :meth:`stop` waits for them too (bounded).
     """
 
     def __init__(
@@ -518,7 +518,8 @@ class Pool:
             worker = self._add()
         self._send.send_nowait(worker)
 
-    async def aclose(self, *, timeout: float) -> None:
+    async def stop(self) -> None:
+        """Stop every worker, and wait a little (bounded) for their threads to end."""
         self._closed = True
         self._send.close()
         self._receive.close()
@@ -536,5 +537,5 @@ class Pool:
         # is severed. One opening a connection (bounded by connect_timeout)
         # or stuck otherwise is left to its daemon thread rather than hold up
         # the caller: it closes its connection by itself.
-        with trio.move_on_after(timeout):
+        with trio.move_on_after(max(1.0, self._cancel_timeout)):
             await trio.to_thread.run_sync(join, abandon_on_cancel=True)

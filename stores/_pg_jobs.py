@@ -11,6 +11,7 @@ the mapping between records and rows (payloads travel as ``bytea``).
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from itertools import count
 from typing import TYPE_CHECKING, Any
@@ -218,7 +219,7 @@ def claim_many(
     if fresh and len({request.key for request in requests}) == len(requests):
         outcomes, claimed = decide(requests, {})
         commit_point()  # one INSERT in autocommit mode: it commits as it runs
-        rows = conn.execute(sql.insert_new, _receipt_columns(claimed)).fetchall()
+        rows = conn.execute(sql.insert_new, (_receipt_rows(claimed),)).fetchall()
         inserted = {key for (key,) in rows}
         committed()
         _analyze_if_grown(sql, growth, "receipts", len(inserted), conn)
@@ -264,8 +265,8 @@ def _claim_stored(
                     stored.update((row[0], receipt(row)) for row in locked)
                     outcomes, claimed = decide(requests, stored)
                 if claimed:
-                    columns = _receipt_columns(claimed)
-                    written = conn.execute(sql.upsert_claimed, (*columns, existing)).fetchall()
+                    params = (_receipt_rows(claimed), existing)
+                    written = conn.execute(sql.upsert_claimed, params).fetchall()
                     if len(written) != len(claimed):
                         raise Contended(
                             f"gave up after {attempt} attempts: new keys kept being claimed"
@@ -399,7 +400,6 @@ def claim_page(
 
 
 def begin_attempt(sql: Sql, begin: Begin, conn: Conn) -> tp.RunRecord:
-    """``begin`` as :data:`trioplay.stores._rules.Begin` holds it."""
     run_id, play, input_json, now, play_ref, parent_run_id = begin
     with transaction(conn):
         parent = get_run(sql, parent_run_id, conn) if parent_run_id is not None else None
@@ -607,15 +607,9 @@ def receipt(row: Sequence[Any]) -> Receipt:
     )
 
 
-def _receipt_row(r: Receipt) -> tuple[Any, ...]:
-    """The receipt's columns, its payloads (``result_json``, ``error_json``) as bytes."""
-    row = receipt_values(r)
-    return (*row[:9], _b(r.result_json), _b(r.error_json), *row[11:])
-
-
-def _receipt_columns(receipts: Iterable[Receipt]) -> list[list[Any]]:
-    """The rows of ``receipts`` as one list per column, for ``unnest``."""
-    return [list(column) for column in zip(*map(_receipt_row, receipts), strict=True)]
+def _receipt_rows(receipts: Iterable[Receipt]) -> str:
+    """``receipts`` as one ``jsonb`` parameter, an array of their columns (see ``_json_rows``)."""
+    return json.dumps(list(map(receipt_values, receipts)))
 
 
 def _keys(items: Iterable[tp.Lease | tp.Completion | tp.Failure]) -> list[tuple[str, str]]:

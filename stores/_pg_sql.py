@@ -50,7 +50,14 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             created_at double precision NOT NULL,
             updated_at double precision NOT NULL,
             completed_at double precision
-        )""",
+        ) WITH (fillfactor = 50)""",
+        # Half of each page is left free so that a receipt's completion (its
+        # one update, a row a little longer than its claim's) fits on the
+        # claim's page: a HOT update, which writes no index entry and less
+        # WAL (the server's CPU per completion of 46 keys -33%:
+        # docs/benchmarks.md, "PostgreSQL batches as jsonb"). A schema made
+        # before this keeps 100; `ALTER TABLE receipts SET (fillfactor = 50)`
+        # gives it the same for the pages written after.
         # Only run_id: an index on status would be rewritten by every completion.
         "CREATE INDEX receipts_by_run ON {s}.receipts (run_id)",
         """CREATE TABLE {s}.sheet_rows (
@@ -139,6 +146,22 @@ CREATE_INCOMING = (
 
 def _arrays(types: str) -> str:
     return ", ".join(f"%b::{t.strip()}[]" for t in types.split(","))
+
+
+def _json_rows(types: str) -> str:
+    """``SELECT`` the rows of one ``jsonb`` parameter, an array of rows, as columns of ``types``.
+
+    A hot batch (claims, fenced writes) travels as this one parameter, its
+    rows dumped by ``json.dumps`` in C, rather than as one array per column,
+    which psycopg dumps element by element in Python (half of a claim's
+    client CPU at 46 keys: docs/benchmarks.md, "PostgreSQL batches as
+    jsonb"). Payloads travel as text and are stored as their UTF-8 bytes.
+    """
+    columns = ", ".join(
+        f"convert_to(e->>{i}, 'UTF8')" if t.strip() == "bytea" else f"(e->>{i})::{t.strip()}"
+        for i, t in enumerate(types.split(","))
+    )
+    return f"SELECT {columns} FROM jsonb_array_elements(%s::jsonb) AS e"
 
 
 class Sql:
@@ -231,7 +254,7 @@ class Sql:
         updates = ", ".join(f"{c} = excluded.{c}" for c in RECEIPT_FIELDS[1:])
         self.upsert_claimed = f"""
             INSERT INTO {s}.receipts AS r ({RECEIPT_COLUMNS})
-            SELECT * FROM unnest({_arrays(_RECEIPT_TYPES)})
+            {_json_rows(_RECEIPT_TYPES)}
             ON CONFLICT (key) DO UPDATE SET {updates}
             WHERE r.key = ANY(%b::text[])
             RETURNING r.key
@@ -240,7 +263,7 @@ class Sql:
         # of keys that have a receipt already are skipped, not returned.
         self.insert_new = f"""
             INSERT INTO {s}.receipts ({RECEIPT_COLUMNS})
-            SELECT * FROM unnest({_arrays(_RECEIPT_TYPES)})
+            {_json_rows(_RECEIPT_TYPES)}
             ON CONFLICT (key) DO NOTHING
             RETURNING key
         """

@@ -13,7 +13,7 @@ agree).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import attrs
 
@@ -244,8 +244,15 @@ def run_leases_of(leases: Sequence[tuple[float | None, float | None]]) -> RunLea
     return RunLeases(max(expiries, default=None), max(renewals, default=None))
 
 
-Begin = tuple[str, str, str, float, str | None, str | None]
-"""``begin_attempt``'s arguments: run id, play, input, ``now``, ``play_ref``, ``parent_run_id``."""
+class Begin(NamedTuple):
+    """``begin_attempt``'s arguments, its defaults filled in."""
+
+    run_id: str
+    play: str
+    input_json: str
+    now: float
+    play_ref: str | None
+    parent_run_id: str | None
 
 
 def decide_attempt(

@@ -135,10 +135,10 @@ def migrate(conn: sqlite3.Connection, *, url: str) -> None:
 
 
 def begin_attempt(begin: Begin, conn: sqlite3.Connection) -> tp.RunRecord:
-    """``begin`` as :data:`trioplay.stores._rules.Begin` holds it."""
     with transaction(conn):
-        parent = get_run(begin[5], conn) if begin[5] is not None else None
-        record, write = decide_attempt(get_run(begin[0], conn), parent, begin)
+        parent_id = begin.parent_run_id
+        parent = get_run(parent_id, conn) if parent_id is not None else None
+        record, write = decide_attempt(get_run(begin.run_id, conn), parent, begin)
         if write:
             conn.execute(BEGIN_ATTEMPT, run_values(record))
     return record

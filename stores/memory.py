@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
 import trio
@@ -21,7 +21,6 @@ from trioplay import (
     SendResult,
     SheetEntry,
     SheetRow,
-    StoreError,
     UnknownRun,
     WaitRecord,
     WaitRequest,
@@ -32,6 +31,9 @@ if TYPE_CHECKING:
 
     import trioplay as tp
     from trioplay import RunStatus
+
+    from ._rules import Begin
+    from ._terms import End, Page, PageTerms, Query
 
 from ._rules import (
     PageRecord,
@@ -51,15 +53,7 @@ from ._rules import (
     slot_of,
     wait_order,
 )
-from ._terms import (
-    AttemptEnd,
-    AttemptStart,
-    PageTerms,
-    RowQuery,
-    attempt_end,
-    attempt_start,
-    row_query,
-)
+from ._terms import StoreTerms
 
 URL = "memory://"
 
@@ -291,7 +285,7 @@ class MemoryWaits:
         ]
 
 
-class MemoryStore(MemoryWaits):
+class MemoryStore(MemoryWaits, StoreTerms):
     """A :class:`trioplay.Store` in plain dicts, lost when the process exits.
 
     Every method is one synchronous step after a checkpoint, so it is
@@ -331,25 +325,23 @@ class MemoryStore(MemoryWaits):
         await trio.lowlevel.checkpoint()
 
     # -- runs ---------------------------------------------------------------
-    async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
-    ) -> tp.RunRecord:
+    async def _begin_attempt(self, begin: Begin) -> tp.RunRecord:
         await trio.lowlevel.checkpoint()
-        begin = (run_id, play, input_json, *attempt_start(**start))
-        parent = self._runs.get(begin[5] or "")
+        run_id = begin.run_id
+        parent = self._runs.get(begin.parent_run_id or "")
         record, write = decide_attempt(self._runs.get(run_id), parent, begin)
         if write:
             self._runs[run_id] = record
         return record
 
-    async def finish_attempt(
-        self, run_id: str, status: RunStatus, **end: Unpack[AttemptEnd]
-    ) -> bool:
-        attempt, (now, output_json, error, stats_json) = attempt_end(**end)
+    async def _finish_attempt(
+        self, run_id: str, status: RunStatus, attempt: int, end: End
+    ) -> bool | None:
+        now, output_json, error, stats_json = end
         await trio.lowlevel.checkpoint()
         record = self._runs.get(run_id)
         if record is None:
-            raise StoreError(f"{URL}: finish_attempt: unknown run {run_id!r}")
+            return None
         if record.attempt != attempt:
             return False  # a later attempt holds the run
         self._runs[run_id] = attrs.evolve(
@@ -514,10 +506,8 @@ class MemoryStore(MemoryWaits):
                 entries[key] = SheetEntry(row.status, row.attempt)
         return entries
 
-    async def read_rows(
-        self, run_id: str, dataset: str, **query: Unpack[RowQuery]
-    ) -> list[SheetRow]:
-        status, after_position, limit = row_query(**query)
+    async def _read_rows(self, run_id: str, dataset: str, query: Query) -> list[SheetRow]:
+        status, after_position, limit = query
         await trio.lowlevel.checkpoint()
         sheet = self._sheets.get((run_id, dataset))
         if sheet is None or limit <= 0:
@@ -548,14 +538,11 @@ class MemoryStore(MemoryWaits):
         return _run_leases(self._receipts, self._pages, run_ids)
 
     # -- page leases --------------------------------------------------------
-    async def claim_page(
-        self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
-    ) -> tp.PageClaim:
+    async def _claim_page(self, page: Page, terms: PageTerms) -> tp.PageClaim:
         await trio.lowlevel.checkpoint()
-        where = (run_id, dataset, offset)
-        answer, claimed = decide_page(self._pages.get(where), **terms)
+        answer, claimed = decide_page(self._pages.get(page), **terms)
         if claimed is not None:
-            self._pages[where] = claimed
+            self._pages[page] = claimed
         return answer
 
     async def heartbeat_pages(

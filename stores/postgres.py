@@ -30,7 +30,7 @@ import math
 import os
 import re
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import psycopg
@@ -57,16 +57,7 @@ from ._pg_bridge import (
 from ._pg_jobs import Contended, Growth
 from ._pg_sql import CREATE_INCOMING, SCHEMA_VERSION, Sql
 from ._rules import decide_claims, decide_page
-from ._terms import (
-    AttemptEnd,
-    AttemptStart,
-    PageTerms,
-    RowQuery,
-    attempt_end,
-    attempt_start,
-    row_query,
-)
-from ._waits import WaitOperations
+from ._sql_store import SqlStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -74,6 +65,8 @@ if TYPE_CHECKING:
     import trioplay as tp
 
     from ._pg_bridge import Conn
+    from ._rules import Begin
+    from ._terms import End, Page, PageTerms, Query
 
 T = TypeVar("T")
 
@@ -105,7 +98,7 @@ _URL_OPTIONS: dict[str, type] = {
 }
 
 
-class PostgresStore(WaitOperations):
+class PostgresStore(SqlStore[Pool]):
     """A :class:`trioplay.Store` in a PostgreSQL schema, shared by any number of processes.
 
     Build it with :meth:`from_url` (``postgresql://user:secret@host:5432/db``,
@@ -167,7 +160,6 @@ class PostgresStore(WaitOperations):
         self._url = _display_url(params, schema)
         self._growth = Growth()
         self._fresh_claims = True  # the next claim takes its keys for new first (claim_many)
-        self._pool: Pool | None = None
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -183,21 +175,11 @@ class PostgresStore(WaitOperations):
     def schema(self) -> str:
         return self._schema
 
-    async def open(self) -> None:
-        if self._pool is not None:
-            raise StoreError(f"{self.url}: open: the store is already open")
-        self._pool = Pool(self._pool_size, self._new_worker, cancel_timeout=self._cancel_timeout)
-        try:
-            await self._call("open", partial(jobs.migrate, self._sql, self._growth, self.url))
-        except BaseException:
-            await self.aclose()
-            raise
+    def _start(self) -> Pool:
+        return Pool(self._pool_size, self._new_worker, cancel_timeout=self._cancel_timeout)
 
-    async def aclose(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            with trio.CancelScope(shield=True):
-                await pool.aclose(timeout=max(1.0, self._cancel_timeout))
+    async def _migrate(self) -> None:
+        await self._call("open", partial(jobs.migrate, self._sql, self._growth, self.url))
 
     def _new_worker(self) -> Worker:
         opener = partial(connect, self._params, CREATE_INCOMING)
@@ -215,9 +197,7 @@ class PostgresStore(WaitOperations):
         page claim that took effect finds its own lease held, and waits it out).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        pool = self._pool
-        if pool is None:
-            raise StoreError(f"{self.url}: {operation}: the store is not open")
+        pool = self._bridge_for(operation)
         started = trio.current_time()
         try:
             return await pool.run(work, timeout=self._call_timeout)
@@ -228,26 +208,20 @@ class PostgresStore(WaitOperations):
             raise error from cause
 
     # -- runs ---------------------------------------------------------------
-    async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
-    ) -> tp.RunRecord:
-        begin = (run_id, play, input_json, *attempt_start(**start))
+    async def _begin_attempt(self, begin: Begin) -> tp.RunRecord:
         return await self._call("begin_attempt", partial(jobs.begin_attempt, self._sql, begin))
 
     async def _wait_job(self, operation: str, *args: Any, read: bool = False) -> Any:
         return await self._call(operation, partial(getattr(jobs, operation), self._sql, *args))
 
-    async def finish_attempt(
-        self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]
-    ) -> bool:
-        attempt, (now, *ending) = attempt_end(**end)
+    async def _finish_attempt(
+        self, run_id: str, status: tp.RunStatus, attempt: int, end: End
+    ) -> bool | None:
+        now, *ending = end
         params = (status, float(now), *ending, run_id, attempt)
         finish = partial(jobs.finish_attempt, self._sql, params)
         # Fenced by the attempt, so made again after a lost connection it is the same.
-        written = await self._call("finish_attempt", finish, repeatable=True)
-        if written is None:
-            raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
-        return written
+        return await self._call("finish_attempt", finish, repeatable=True)
 
     async def get_run(self, run_id: str) -> tp.RunRecord | None:
         return await self._call("get_run", partial(jobs.get_run, self._sql, run_id))
@@ -350,10 +324,8 @@ class PostgresStore(WaitOperations):
         status = partial(jobs.sheet_status, self._sql, run_id, dataset, unique)
         return await self._call("sheet_status", status)
 
-    async def read_rows(
-        self, run_id: str, dataset: str, **query: Unpack[RowQuery]
-    ) -> list[tp.SheetRow]:
-        status, after_position, limit = row_query(**query)
+    async def _read_rows(self, run_id: str, dataset: str, query: Query) -> list[tp.SheetRow]:
+        status, after_position, limit = query
         if limit <= 0:
             await trio.lowlevel.checkpoint()
             return []
@@ -374,14 +346,12 @@ class PostgresStore(WaitOperations):
         return await self._call("run_leases", leases)
 
     # -- page leases --------------------------------------------------------
-    async def claim_page(
-        self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
-    ) -> tp.PageClaim:
+    async def _claim_page(self, page: Page, terms: PageTerms) -> tp.PageClaim:
         # Floats, as the columns are: psycopg sends an int as an integer.
         terms["lease_ttl"] = float(terms["lease_ttl"])
         terms["now"] = now = float(terms["now"])
         decide = partial(decide_page, **terms)
-        claim = partial(jobs.claim_page, self._sql, (run_id, dataset, offset), now, decide)
+        claim = partial(jobs.claim_page, self._sql, page, now, decide)
         return await self._call("claim_page", claim, repeatable=True)
 
     async def heartbeat_pages(

@@ -17,7 +17,7 @@ import os
 import sqlite3
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl
 
 import trio
@@ -26,23 +26,17 @@ from trioplay import StoreError
 
 from . import _sqlite_jobs as jobs
 from ._rules import decide_page
+from ._sql_store import SqlStore
 from ._sqlite_bridge import DEFAULT_LOCK_TIMEOUT, Worker
 from ._sqlite_sql import SCHEMA_VERSION
-from ._terms import (
-    AttemptEnd,
-    AttemptStart,
-    PageTerms,
-    RowQuery,
-    attempt_end,
-    attempt_start,
-    row_query,
-)
-from ._waits import WaitOperations
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     import trioplay as tp
+
+    from ._rules import Begin
+    from ._terms import End, Page, PageTerms, Query
 
 T = TypeVar("T")
 
@@ -60,7 +54,7 @@ _INLINE_BYTES = 1 << 20
 _INLINE_KEYS = 4096
 
 
-class SqliteStore(WaitOperations):
+class SqliteStore(SqlStore[Worker]):
     """A :class:`trioplay.Store` in one SQLite file, the embedded default.
 
     Build it with :meth:`from_url` (``sqlite:///relative.db``,
@@ -94,7 +88,6 @@ class SqliteStore(WaitOperations):
             )
         self._path = os.fspath(path)
         self._lock_timeout = lock_timeout
-        self._worker: Worker | None = None
         # Whether the next claim_many tries first to claim every key as new (see _claim_many).
         self._fresh_claims = True
 
@@ -130,28 +123,18 @@ class SqliteStore(WaitOperations):
         """Seconds a call waits for a lock another connection holds."""
         return self._lock_timeout
 
-    async def open(self) -> None:
-        if self._worker is not None:
-            raise StoreError(f"{self.url}: open: the store is already open")
-        self._worker = Worker(self._path, self._lock_timeout)
+    def _start(self) -> Worker:
+        return Worker(self._path, self._lock_timeout)
+
+    async def _migrate(self) -> None:
         try:
             await self._call("open", partial(jobs.migrate, url=self.url))
         except StoreError as exc:
-            await self.aclose()
             # A few stat calls, on the way out of a failed open only.
             problem = path_problem(self._path)
             if problem is None:
                 raise
             raise StoreError(f"{self.url}: open: {problem}") from exc.__cause__
-        except BaseException:
-            await self.aclose()
-            raise
-
-    async def aclose(self) -> None:
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            with trio.CancelScope(shield=True):
-                await worker.stop()
 
     async def _call(
         self,
@@ -170,9 +153,7 @@ class SqliteStore(WaitOperations):
         if inline is None:
             inline = not interruptible
         await trio.lowlevel.checkpoint_if_cancelled()
-        worker = self._worker
-        if worker is None:
-            raise StoreError(f"{self.url}: {operation}: the store is not open")
+        worker = self._bridge_for(operation)
         started = trio.current_time()
         try:
             return await worker.run(work, interruptible=interruptible, urgent=urgent, inline=inline)
@@ -190,25 +171,18 @@ class SqliteStore(WaitOperations):
             ) from exc
 
     # -- runs ---------------------------------------------------------------
-    async def begin_attempt(
-        self, run_id: str, play: str, input_json: str, **start: Unpack[AttemptStart]
-    ) -> tp.RunRecord:
-        begin = (run_id, play, input_json, *attempt_start(**start))
+    async def _begin_attempt(self, begin: Begin) -> tp.RunRecord:
         return await self._call("begin_attempt", partial(jobs.begin_attempt, begin))
 
     async def _wait_job(self, operation: str, *args: Any, read: bool = False) -> Any:
         job = partial(getattr(jobs, operation), *args)
         return await self._call(operation, job, interruptible=read)
 
-    async def finish_attempt(
-        self, run_id: str, status: tp.RunStatus, **end: Unpack[AttemptEnd]
-    ) -> bool:
-        attempt, (now, *ending) = attempt_end(**end)
-        params = (status, now, *ending, run_id, attempt)
-        updated = await self._call("finish_attempt", partial(jobs.finish_attempt, params))
-        if updated is None:
-            raise StoreError(f"{self.url}: finish_attempt: unknown run {run_id!r}")
-        return updated
+    async def _finish_attempt(
+        self, run_id: str, status: tp.RunStatus, attempt: int, end: End
+    ) -> bool | None:
+        params = (status, *end, run_id, attempt)
+        return await self._call("finish_attempt", partial(jobs.finish_attempt, params))
 
     async def get_run(self, run_id: str) -> tp.RunRecord | None:
         return await self._call("get_run", partial(jobs.get_run, run_id), interruptible=True)
@@ -291,10 +265,8 @@ class SqliteStore(WaitOperations):
             inline=len(keys) <= _INLINE_KEYS,
         )
 
-    async def read_rows(
-        self, run_id: str, dataset: str, **query: Unpack[RowQuery]
-    ) -> list[tp.SheetRow]:
-        status, after_position, limit = row_query(**query)
+    async def _read_rows(self, run_id: str, dataset: str, query: Query) -> list[tp.SheetRow]:
+        status, after_position, limit = query
         return await self._call(
             "read_rows",
             partial(jobs.read_rows, run_id, dataset, status, after_position, limit),
@@ -315,10 +287,8 @@ class SqliteStore(WaitOperations):
         return await self._call("run_leases", partial(jobs.run_leases, run_ids), interruptible=True)
 
     # -- page leases --------------------------------------------------------
-    async def claim_page(
-        self, run_id: str, dataset: str, offset: int, **terms: Unpack[PageTerms]
-    ) -> tp.PageClaim:
-        claim = partial(jobs.claim_page, run_id, dataset, offset, partial(decide_page, **terms))
+    async def _claim_page(self, page: Page, terms: PageTerms) -> tp.PageClaim:
+        claim = partial(jobs.claim_page, *page, partial(decide_page, **terms))
         return await self._call("claim_page", claim)
 
     async def heartbeat_pages(

@@ -23,6 +23,7 @@ import functools
 import inspect
 import os
 import signal
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -83,6 +84,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if _guard_stderr is not None:
         os.close(_guard_stderr)
         _guard_stderr = None
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # The PostgreSQL tests' schemas are dropped on a thread of their own
+    # (tests/test_postgres.py, SchemaDropper): wait for the last ones, and
+    # fail the session if one could not be dropped.
+    module = sys.modules.get("tests.test_postgres")
+    if module is None:
+        return
+    failed = module.DROPPER.finish(timeout=120)
+    if failed:
+        text = "PostgreSQL test schemas not dropped: " + "; ".join(failed)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(text, red=True)
+        else:
+            print(text, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import http.server
+import io
 import json
 import os
 import subprocess
@@ -13,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import trio
 
@@ -131,6 +134,42 @@ def run_trioplay(
         check=False,
         env={**os.environ, **(env or {})},
     )
+
+
+def cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``trioplay ARGS`` in this process, as :func:`run_trioplay` runs it in a subprocess.
+
+    The command line's ``main(argv)``, in ``cwd``, with ``env`` added to the
+    environment and stdout and stderr captured: the same exit code and
+    output as the command, without a process start (an interpreter and its
+    imports) per call. The tests about the process itself (signals, exit on
+    a real signal, start-up imports, hash seeds, the installed entry point)
+    use :func:`run_trioplay`.
+    """
+    from trioplay._cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    # The csv module's field limit is one per process, and a CSV source
+    # raises it (--limit csv_field_limit): put it back, as the command's
+    # process would have taken it away with it.
+    field_limit = csv.field_size_limit()
+    with (
+        mock.patch.dict(os.environ, env or {}),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        os.chdir(cwd)
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # as the process would exit
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            os.chdir(here)
+            csv.field_size_limit(field_limit)
+    return subprocess.CompletedProcess([str(TRIOPLAY), *args], code, out.getvalue(), err.getvalue())
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
 """Configuring a run from the command line: trioplay.toml, [tool.trioplay], flags,
-``trioplay config``. Every test runs the real ``trioplay`` entry point."""
+``trioplay config``. Every test runs the command line in this process
+(``support.cli``: ``main(argv)`` in a folder, its output captured)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from .support import json_service, run_trioplay
+from .support import cli, json_service
 
 FETCH_PLAY = """
 import trioplay
@@ -39,7 +40,7 @@ def test_a_play_reaches_a_local_service_once_the_config_opens_the_network(
     play = write_play(tmp_path / "plays")
     with json_service() as url:
         args = ["run", str(play), "--input", json.dumps({"url": url})]
-        refused = run_trioplay(*args, "--store", store_url(tmp_path), cwd=tmp_path)
+        refused = cli(*args, "--store", store_url(tmp_path), cwd=tmp_path)
         assert refused.returncode == 1, refused.stderr
         assert "UnsafeOutboundUrl" in refused.stderr
         assert "allow_networks can open it" in refused.stderr
@@ -47,14 +48,12 @@ def test_a_play_reaches_a_local_service_once_the_config_opens_the_network(
         (tmp_path / "plays" / "trioplay.toml").write_text(
             f'store = "{store_url(tmp_path)}"\nallow_networks = ["127.0.0.0/8"]\n'
         )
-        allowed = run_trioplay(*args, "--run-id", "from-file", cwd=tmp_path)
+        allowed = cli(*args, "--run-id", "from-file", cwd=tmp_path)
         assert allowed.returncode == 0, allowed.stderr
         assert "run from-file: completed" in allowed.stdout
 
         # A flag replaces the file's value: an unrelated network refuses again.
-        flagged = run_trioplay(
-            *args, "--run-id", "flag", "--allow-network", "10.0.0.0/8", cwd=tmp_path
-        )
+        flagged = cli(*args, "--run-id", "flag", "--allow-network", "10.0.0.0/8", cwd=tmp_path)
         assert flagged.returncode == 1
         assert "UnsafeOutboundUrl" in flagged.stderr
 
@@ -65,14 +64,14 @@ def test_pyproject_tool_table_and_the_nearest_file_wins(tmp_path: Path) -> None:
         "[tool.trioplay.limits]\npage_size = 7\n"
     )
     play = write_play(tmp_path / "deep" / "er")
-    shown = run_trioplay("config", str(play), cwd=tmp_path)
+    shown = cli("config", str(play), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[0] == "# configuration file: pyproject.toml"
     assert re.search(r'^allow_networks = \["10.0.0.0/8"\]\s+# pyproject.toml$', shown.stdout, re.M)
     assert re.search(r"^page_size = 7\s+# pyproject.toml$", shown.stdout, re.M)
 
     (tmp_path / "deep" / "trioplay.toml").write_text("[fetch_timeouts]\ntotal = 5\n")
-    shown = run_trioplay("config", str(play), "--limit", "tool_timeout=12.5", cwd=tmp_path)
+    shown = cli("config", str(play), "--limit", "tool_timeout=12.5", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[0] == "# configuration file: deep/trioplay.toml"
     assert re.search(r"^page_size = 1000\s+# default$", shown.stdout, re.M)
@@ -92,14 +91,14 @@ def test_limits_from_the_command_line_reach_the_run(tmp_path: Path) -> None:
         "    return {'retained': result.retained_rows_complete}\n"
     )
     store = store_url(tmp_path)
-    done = run_trioplay(
+    done = cli(
         "run", str(play), "--store", store, "--run-id", "r",
         "--limit", "retained_rows_budget_bytes=10_000", "--debug",
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "passed retained_rows_budget_bytes=10000" in done.stderr
-    shown = run_trioplay("runs", "show", "r", "--store", store, cwd=tmp_path)
+    shown = cli("runs", "show", "r", "--store", store, cwd=tmp_path)
     assert "completed" in shown.stdout
 
 
@@ -109,7 +108,7 @@ def test_bad_configuration_names_the_file_the_key_and_what_it_accepts(tmp_path: 
 
     def error_for(text: str, *flags: str) -> str:
         config.write_text(text)
-        result = run_trioplay("run", str(play), "--store", "memory://", *flags, cwd=tmp_path)
+        result = cli("run", str(play), "--store", "memory://", *flags, cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         assert result.stdout == ""
         return result.stderr.strip().splitlines()[-1]
@@ -146,7 +145,7 @@ def test_bad_configuration_names_the_file_the_key_and_what_it_accepts(tmp_path: 
         "accepted: whole numbers from 1 to 1,000,000"
     )
 
-    result = run_trioplay("run", str(play), "--limit", "nope=1", cwd=tmp_path)
+    result = cli("run", str(play), "--limit", "nope=1", cwd=tmp_path)
     assert result.returncode == 2
     assert "--limit: unknown limit 'nope'; the limits are: page_size," in result.stderr
 
@@ -162,17 +161,17 @@ def test_reading_commands_take_the_store_from_the_configuration(tmp_path: Path) 
     play = write_play(tmp_path)
     (tmp_path / "trioplay.toml").write_text(f'store = "{store_url(tmp_path)}"\n')
     with json_service() as url:
-        ran = run_trioplay(
+        ran = cli(
             "run", str(play), "--input", json.dumps({"url": url}),
             "--allow-network", "127.0.0.1/32", "--run-id", "p",
             cwd=tmp_path,
         )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
-    listed = run_trioplay("runs", "list", cwd=tmp_path)
+    listed = cli("runs", "list", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines()[1].split()[:3] == ["p", "ping", "completed"]
     other = tmp_path / "elsewhere.toml"
     other.write_text(f'store = "sqlite:///{tmp_path / "other.db"}"\n')
-    missing = run_trioplay("runs", "list", "--config", str(other), cwd=tmp_path)
+    missing = cli("runs", "list", "--config", str(other), cwd=tmp_path)
     assert missing.returncode == 2
     assert "other.db does not exist" in missing.stderr

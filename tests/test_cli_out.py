@@ -1,5 +1,6 @@
 """``--out`` writes where it is told: through a symlink to its target, into a
-FIFO as it is, ``-`` to standard output. Every test runs the real entry point."""
+FIFO as it is, ``-`` to standard output. Every test runs the command line in
+this process (``support.cli``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import run_trioplay
+from .support import cli
 
 PLAY = """
 import trioplay
@@ -50,7 +51,7 @@ def test_out_writes_through_a_symlink_to_its_target(tmp_path: Path, play: Path) 
     real.write_text("old contents\n")
     link = tmp_path / "link.csv"
     link.symlink_to(real)
-    done = run_trioplay(
+    done = cli(
         "run", str(play), "--store", store(tmp_path), "--run-id", "r", "--out", str(link),
         cwd=tmp_path,
     )  # fmt: skip
@@ -61,9 +62,7 @@ def test_out_writes_through_a_symlink_to_its_target(tmp_path: Path, play: Path) 
 
     dangling = tmp_path / "later.csv"
     dangling.symlink_to(tmp_path / "real" / "not-yet.csv")
-    done = run_trioplay(
-        "export", "r", "d", "--store", store(tmp_path), "--out", str(dangling), cwd=tmp_path
-    )
+    done = cli("export", "r", "d", "--store", store(tmp_path), "--out", str(dangling), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert dangling.is_symlink()
     assert rows_of((tmp_path / "real" / "not-yet.csv").read_text()) == EXPECTED
@@ -82,9 +81,7 @@ def test_out_writes_into_a_fifo_as_it_is(tmp_path: Path, play: Path) -> None:
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        done = run_trioplay(
-            "run", str(play), "--store", store(tmp_path), "--out", str(fifo), cwd=tmp_path
-        )
+        done = cli("run", str(play), "--store", store(tmp_path), "--out", str(fifo), cwd=tmp_path)
     finally:
         if reader.is_alive():  # nothing opened the FIFO: let the reader go
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
@@ -96,7 +93,7 @@ def test_out_writes_into_a_fifo_as_it_is(tmp_path: Path, play: Path) -> None:
 
 
 def test_out_dash_is_standard_output(tmp_path: Path, play: Path) -> None:
-    done = run_trioplay(
+    done = cli(
         "run", str(play), "--store", store(tmp_path), "--run-id", "r", "--out", "-",
         cwd=tmp_path,
     )  # fmt: skip
@@ -106,7 +103,7 @@ def test_out_dash_is_standard_output(tmp_path: Path, play: Path) -> None:
     assert "output: - (5 rows of d)" in done.stderr
     assert not (tmp_path / "-").exists()
 
-    exported = run_trioplay(
+    exported = cli(
         "export", "r", "d", "--store", store(tmp_path), "--out", "-", "--format", "jsonl",
         cwd=tmp_path,
     )  # fmt: skip
@@ -119,10 +116,8 @@ def test_out_dash_is_standard_output(tmp_path: Path, play: Path) -> None:
 def test_out_on_a_directory_is_refused(tmp_path: Path, play: Path) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
-    run_trioplay("run", str(play), "--store", store(tmp_path), "--run-id", "r", cwd=tmp_path)
-    done = run_trioplay(
-        "export", "r", "d", "--store", store(tmp_path), "--out", str(folder), cwd=tmp_path
-    )
+    cli("run", str(play), "--store", store(tmp_path), "--run-id", "r", cwd=tmp_path)
+    done = cli("export", "r", "d", "--store", store(tmp_path), "--out", str(folder), cwd=tmp_path)
     assert done.returncode != 0
     assert f"{folder} is a directory" in done.stderr
     assert folder.is_dir()

@@ -1,4 +1,9 @@
-"""``trioplay scenario list`` and ``scenario run``, through the real entry point (issue 13)."""
+"""``trioplay scenario list``, ``run`` and ``sweep`` from the command line (issue 13).
+
+``scenario list`` and the two hash seeds run the installed entry point in a
+process of their own; the rest run ``main(argv)`` in this process
+(``support.cli``), which is the same parser and commands without a start-up.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import pytest
 from trioplay.adapters.scenarios import BUILT_IN
 from trioplay.events import MapStall, RunStarted, read_events
 
-from .support import run_trioplay
+from .support import cli, run_trioplay
 from .test_trace import check_chrome_trace
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "scenario_slow_waterfall.py"
@@ -32,7 +37,7 @@ def test_list_shows_one_line_per_scenario_name_first(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("scenario", [s.name for s in BUILT_IN])
 def test_every_scenario_runs_from_the_command_line(scenario: str, tmp_path: Path) -> None:
-    done = run_trioplay("scenario", "run", scenario, "--out", "o", cwd=tmp_path)
+    done = cli("scenario", "run", scenario, "--out", "o", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "expectations: held" in done.stdout
     assert "[runtime.map_stall]" not in done.stdout + done.stderr  # they are in stalls.log
@@ -50,12 +55,12 @@ def test_every_scenario_runs_from_the_command_line(scenario: str, tmp_path: Path
 def test_the_files_of_a_run_are_one_stream_of_events(tmp_path: Path) -> None:
     # events.jsonl is what --events writes: trioplay timeline draws it, and
     # draws what scenario run drew; the trace's stalls are the stall lines.
-    done = run_trioplay("scenario", "run", "provider-starvation", "--out", "o", cwd=tmp_path)
+    done = cli("scenario", "run", "provider-starvation", "--out", "o", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     out = tmp_path / "o"
     assert "trace.json" in done.stdout
     assert "timeline.svg" in done.stdout
-    drawn = run_trioplay("timeline", "o/events.jsonl", "--out", "again.svg", cwd=tmp_path)
+    drawn = cli("timeline", "o/events.jsonl", "--out", "again.svg", cwd=tmp_path)
     assert drawn.returncode == 0, drawn.stderr
     assert (tmp_path / "again.svg").read_text() == (out / "timeline.svg").read_text()
     trace = check_chrome_trace(json.loads((out / "trace.json").read_text()))
@@ -85,7 +90,7 @@ def test_two_processes_write_the_same_events(scenario: str, tmp_path: Path) -> N
 
 
 def test_a_scenario_file_of_ones_own_runs(tmp_path: Path) -> None:
-    done = run_trioplay("scenario", "run", str(EXAMPLE), "--out", "o", cwd=tmp_path)
+    done = cli("scenario", "run", str(EXAMPLE), "--out", "o", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "named as the cause: phase resolver, tool finder_a, provider slow-co" in done.stdout
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["rows"]["completed"] == 40
@@ -100,17 +105,17 @@ def test_expectations_that_do_not_hold_exit_1(tmp_path: Path) -> None:
         "wrong = attrs.evolve(hung, name='wrong', expect=Expect(outcome='failed'))\n"
         "other = attrs.evolve(hung, name='other')\n"
     )
-    done = run_trioplay("scenario", "run", "mine.py:wrong", "--out", "o", cwd=tmp_path)
+    done = cli("scenario", "run", "mine.py:wrong", "--out", "o", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     assert "expectations: NOT held" in done.stdout
     assert "the run ended completed, expected failed" in done.stdout
-    several = run_trioplay("scenario", "run", "mine.py", cwd=tmp_path)
+    several = cli("scenario", "run", "mine.py", cwd=tmp_path)
     assert several.returncode == 2
     assert "several scenarios (hung, wrong, other)" in several.stderr
 
 
 def test_an_unknown_scenario_is_a_usage_error(tmp_path: Path) -> None:
-    done = run_trioplay("scenario", "run", "no-such-thing", cwd=tmp_path)
+    done = cli("scenario", "run", "no-such-thing", cwd=tmp_path)
     assert done.returncode == 2
     assert "no scenario 'no-such-thing'" in done.stderr
 
@@ -137,9 +142,7 @@ def test_a_sweep_counts_the_seeds_that_held_and_names_the_first_that_did_not(
         "    return [f'seed {result.seed} is picky'] if result.seed in (2, 3) else []\n"
         "picky = attrs.evolve(hung, name='picky', expect=attrs.evolve(hung.expect, check=odd))\n"
     )
-    done = run_trioplay(
-        "scenario", "sweep", "picky.py:picky", "--seeds", "0-4", "--out", "o", cwd=tmp_path
-    )
+    done = cli("scenario", "sweep", "picky.py:picky", "--seeds", "0-4", "--out", "o", cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.splitlines()[:4] == [
         "scenario picky: 3 of 5 seeds held",
@@ -148,10 +151,10 @@ def test_a_sweep_counts_the_seeds_that_held_and_names_the_first_that_did_not(
         "    - seed 2 is picky",
     ]
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["seed"] == 2
-    held = run_trioplay("scenario", "sweep", "lease-loss", "--seeds", "0,5-6", cwd=tmp_path)
+    held = cli("scenario", "sweep", "lease-loss", "--seeds", "0,5-6", cwd=tmp_path)
     assert held.returncode == 0, held.stdout + held.stderr
     assert held.stdout == "scenario lease-loss: 3 of 3 seeds held\n"
     assert not (tmp_path / "out").exists()  # nothing failed, nothing written
-    wrong = run_trioplay("scenario", "sweep", "lease-loss", "--seeds", "9-1", cwd=tmp_path)
+    wrong = cli("scenario", "sweep", "lease-loss", "--seeds", "9-1", cwd=tmp_path)
     assert wrong.returncode == 2
     assert "not a range of seeds: '9-1'" in wrong.stderr

@@ -1,13 +1,15 @@
 """The summary adds up, the first error is the one shown, and the exit code
-says whether the run or its export failed. Every test runs the real entry
-point."""
+says whether the run or its export failed. The tests whose store is a plugin
+found on PYTHONPATH run the installed entry point in a process of their own
+(the engine reads entry points once per process); the rest run the command line in
+this process (``support.cli``)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from .support import run_trioplay
+from .support import cli, run_trioplay
 
 FAILING = """
 import trioplay
@@ -36,7 +38,7 @@ async def strict(ctx, input):
 def test_a_failed_map_counts_the_failed_rows_it_stored(tmp_path: Path) -> None:
     play = tmp_path / "strict.py"
     play.write_text(FAILING)
-    done = run_trioplay(
+    done = cli(
         "run", str(play), "--store", f"sqlite:///{tmp_path / 's.db'}", "--run-id", "r",
         cwd=tmp_path,
     )  # fmt: skip
@@ -77,7 +79,7 @@ def test_a_failed_export_exits_3_after_the_summary(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 's.db'}"
     base = ["run", str(play), "--store", store, "--run-id", "r"]
 
-    done = run_trioplay(*base, "--out", str(tmp_path / "out.csv"), cwd=tmp_path)
+    done = cli(*base, "--out", str(tmp_path / "out.csv"), cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     assert done.stdout.startswith("run r: completed (play two, attempt 1)\n")
     assert "  a: 2 completed, 0 failed, 0 skipped; sheet holds 2 completed, 0 failed" in done.stdout
@@ -90,7 +92,7 @@ def test_a_failed_export_exits_3_after_the_summary(tmp_path: Path) -> None:
         f"trioplay export r DATASET --out FILE --store {store}"
     )
 
-    dash = run_trioplay(*base, "--out", "-", cwd=tmp_path)
+    dash = cli(*base, "--out", "-", cwd=tmp_path)
     assert dash.returncode == 3, dash.stderr
     assert dash.stdout == ""
     assert "run r: completed (play two, attempt 2)" in dash.stderr
@@ -320,7 +322,7 @@ async def stalls(ctx, input):
 def test_stall_lines_are_never_collapsed(tmp_path: Path) -> None:
     play = tmp_path / "stalls.py"
     play.write_text(STALLS)
-    done = run_trioplay(
+    done = cli(
         "run", str(play), "--store", f"sqlite:///{tmp_path / 's.db'}",
         "--limit", "stall_log_interval=0.3",
         cwd=tmp_path,

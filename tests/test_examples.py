@@ -2,8 +2,10 @@
 
 The example service (examples/company_service.py) runs in a subprocess on
 127.0.0.1, port 0; its address reaches the play through COMPANY_SERVICE_URL;
-``trioplay run`` (the real entry point, in a subprocess) finds
-examples/trioplay.toml beside the play, which opens 127.0.0.1 to fetch.
+``trioplay run`` finds examples/trioplay.toml beside the play, which opens
+127.0.0.1 to fetch. The command line runs in this process (``support.cli``);
+the session of docs/getting-started.md (tests/test_cli_docs.py) runs the
+installed entry point on the same example and service.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .support import run_trioplay
+from .support import cli
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -65,7 +67,7 @@ def test_the_company_lookup_example_runs_against_its_service(tmp_path: Path) -> 
     ]  # fmt: skip
     with company_service() as url:
         env = {"COMPANY_SERVICE_URL": url}
-        done = run_trioplay(*argv, cwd=tmp_path, env=env)
+        done = cli(*argv, cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         why = lines.pop(2)  # why the row failed: the 404, cut to 80 characters
@@ -103,7 +105,7 @@ def test_the_company_lookup_example_runs_against_its_service(tmp_path: Path) -> 
         # One fetch of the sectors, one lookup per row; the unknown domain is a 404.
         assert _stats(url) == {"sectors": 1, "lookup": 6}
 
-        failed = run_trioplay(
+        failed = cli(
             "export", "lookup", "companies", "--status", "failed", "--out", "-",
             "--store", f"sqlite:///{tmp_path / 'store.db'}",
             cwd=tmp_path,
@@ -115,7 +117,7 @@ def test_the_company_lookup_example_runs_against_its_service(tmp_path: Path) -> 
         )
 
         # The rerun replays the fetch and the recorded 404; the service hears nothing.
-        again = run_trioplay(*argv, cwd=tmp_path, env=env)
+        again = cli(*argv, cwd=tmp_path, env=env)
         assert again.returncode == 0, again.stderr
         assert "  provider calls: 0\n  replayed receipts: 2\n" in again.stdout
         assert _stats(url) == {"sectors": 1, "lookup": 6}
@@ -124,7 +126,7 @@ def test_the_company_lookup_example_runs_against_its_service(tmp_path: Path) -> 
 def test_the_example_needs_its_configuration_and_its_address(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'store.db'}"
     base = ["run", str(PLAY), "--csv", str(DOMAINS), "--store", store]
-    unset = run_trioplay(*base, cwd=tmp_path, env={"COMPANY_SERVICE_URL": ""})
+    unset = cli(*base, cwd=tmp_path, env={"COMPANY_SERVICE_URL": ""})
     assert unset.returncode == 2
     assert unset.stderr.strip().endswith(
         "COMPANY_SERVICE_URL is not set: start `python examples/company_service.py` "
@@ -134,9 +136,7 @@ def test_the_example_needs_its_configuration_and_its_address(tmp_path: Path) -> 
     empty = tmp_path / "empty.toml"
     empty.write_text("")
     with company_service() as url:
-        refused = run_trioplay(
-            *base, "--config", str(empty), cwd=tmp_path, env={"COMPANY_SERVICE_URL": url}
-        )
+        refused = cli(*base, "--config", str(empty), cwd=tmp_path, env={"COMPANY_SERVICE_URL": url})
     assert refused.returncode == 1, refused.stderr
     assert "UnsafeOutboundUrl" in refused.stderr
     assert "allow_networks can open it" in refused.stderr

@@ -1,7 +1,7 @@
 """A bad key is a row error: a missing or empty key fails its row (isolated
 under ``on_row_error="isolate"``), names the file and the line, and lists the
 fields a row has when the key field is not one of them. The CLI tests run
-the real entry point."""
+the command line in this process (``support.cli``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import trioplay
 from trioplay.stores.memory import MemoryStore
 
-from .support import CountingTool, registry, run_trioplay
+from .support import CountingTool, cli, registry
 
 PLAY = """
 import trioplay
@@ -55,7 +55,7 @@ def setup(tmp_path: Path) -> Path:
 
 
 def run(tmp_path: Path, play: Path, **input: Any) -> Any:
-    return run_trioplay(
+    return cli(
         "run", str(play), "--input", json.dumps(input), "--store",
         f"sqlite:///{tmp_path / 'store.db'}", "--run-id", input.get("run", "r"),
         cwd=tmp_path,
@@ -68,7 +68,7 @@ def test_an_empty_key_fails_its_row_only_and_names_file_and_line(tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert "leads: 29 completed, 1 failed, 0 skipped" in done.stdout
     assert "provider calls: 29" in done.stdout
-    failed = run_trioplay(
+    failed = cli(
         "export", "r", "leads", "--status", "failed", "--out", "-", "--format", "jsonl",
         "--store", f"sqlite:///{tmp_path / 'store.db'}",
         cwd=tmp_path,

@@ -24,7 +24,7 @@ import trio
 import trioplay
 from trioplay.stores.sqlite import SqliteStore
 
-from .support import run_trioplay
+from .support import cli
 
 RAISED = {
     "SystemExit(0)": lambda: SystemExit(0),
@@ -279,7 +279,7 @@ async def aborts(ctx, input):
 def test_the_command_line_exits_5_with_the_summary(tmp_path: Path, raised: str) -> None:
     play = tmp_path / "aborts.py"
     play.write_text(PLAY.format(raised=raised))
-    done = run_trioplay("run", str(play), "--store", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path)
+    done = cli("run", str(play), "--store", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path)
     assert done.returncode == 5, done.stderr
     assert "run aborts-" in done.stdout  # the summary
     assert ": failed" in done.stdout

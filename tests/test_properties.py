@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -188,3 +189,33 @@ def test_loads_matches_json_loads(value: Any, extra: str, before: bool) -> None:
             loads(text)
     else:
         assert loads(text) == expected
+
+
+@pytest.mark.parametrize("encode", [canonical_json, dumps])
+def test_a_value_that_contains_itself_fails_as_json_fails(encode: Any) -> None:
+    # The shared encoder has no circular-reference markers; the error is json's all the same.
+    looped: list[Any] = [1]
+    looped.append({"again": looped})
+    with pytest.raises(ValueError, match=r"^Circular reference detected$"):
+        encode(looped)
+    assert encode({"b": [1, 2.5], "a": None}) == json.dumps(  # and it still works after
+        {"b": [1, 2.5], "a": None},
+        separators=(",", ":"),
+        sort_keys=encode is canonical_json,
+    )
+
+
+def test_threads_share_the_encoders() -> None:
+    values = [{"n": i, "s": "é" * (i % 5), "l": list(range(i % 7))} for i in range(2_000)]
+    expected = [canonical_json(value) for value in values]
+    found: list[list[str]] = []
+
+    def encode_all() -> None:
+        found.append([canonical_json(value) for value in values])
+
+    workers = [threading.Thread(target=encode_all) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert found == [expected] * 4

@@ -19,7 +19,7 @@ import pytest
 from trioplay import StoreError
 from trioplay.stores.sqlite import SqliteStore
 
-from .support import run_trioplay
+from .support import cli
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -100,7 +100,7 @@ def test_the_command_line_says_the_same_before_the_run(tmp_path: Path) -> None:
     play.write_text(PLAY)
     folder = tmp_path / "folder.db"
     folder.mkdir()
-    done = run_trioplay("run", str(play), "--store", f"sqlite:///{folder}", cwd=tmp_path)
+    done = cli("run", str(play), "--store", f"sqlite:///{folder}", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == (
         f"error: store sqlite:///{folder}: {folder} is a directory; name a database file, "
@@ -109,7 +109,7 @@ def test_the_command_line_says_the_same_before_the_run(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("x\n")
     path = blocker / "s.db"
-    done = run_trioplay("runs", "list", "--store", f"sqlite:///{path}", cwd=tmp_path)
+    done = cli("runs", "list", "--store", f"sqlite:///{path}", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == (
         f"error: store sqlite:///{path}: {blocker} is a file, not a directory, so {path} "
@@ -121,7 +121,7 @@ def test_the_command_line_on_a_folder_that_is_not_writable(tmp_path: Path, read_
     play = tmp_path / "one.py"
     play.write_text(PLAY)
     path = read_only / "s.db"
-    done = run_trioplay("run", str(play), "--store", f"sqlite:///{path}", cwd=tmp_path)
+    done = cli("run", str(play), "--store", f"sqlite:///{path}", cwd=tmp_path)
     if AS_ROOT:
         assert done.returncode == 0, done.stderr  # root may write there: no refusal
         assert "d: 1 completed" in done.stdout
