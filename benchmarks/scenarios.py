@@ -30,7 +30,7 @@ from typing import Any
 
 from trioplay.adapters.scenarios import BUILT_IN, find
 from trioplay.adapters.scenarios._providers import hung_call
-from trioplay.scenario import Expect, Scenario, Setup, run_scenario
+from trioplay.scenario import Cause, Expect, Rows, Scenario, Setup, run_scenario
 
 from .workload import machine, save_results, stamp
 
@@ -49,9 +49,7 @@ SIX_HOUR_STALL = Scenario(
     name="six-hour-stall",
     description="one call of 20 hangs for six hours of virtual time, then its timeout fails it",
     setup=_six_hour_stall,
-    expect=Expect(
-        outcome="completed", completed=19, failed=1, row_errors="ToolTimeout", stalled=True
-    ),
+    expect=Expect(rows=Rows(completed=19, failed=1, failed_with="ToolTimeout"), stall=Cause()),
 )
 
 

@@ -2,13 +2,13 @@
 
 ::
 
-    from trioplay.scenario import Expect, Scenario, Setup, run_scenario
+    from trioplay.scenario import Cause, Expect, Scenario, Setup, run_scenario
 
     scenario = Scenario(
         name="my-stall",
         description="one provider hangs; its row times out",
         setup=lambda seed: Setup(play=my_play, tools=my_tools(seed)),
-        expect=Expect(outcome="completed", phase="resolver"),
+        expect=Expect(stall=Cause(phase="resolver")),
     )
     result = run_scenario(scenario, seed=1)
     assert result.held, result.problems
@@ -26,7 +26,10 @@ events; :func:`sweep` runs it once per seed and counts what held.
 from __future__ import annotations
 
 from ._scenario import EPOCH as EPOCH
+from ._scenario import NO_STALL as NO_STALL
+from ._scenario import Cause as Cause
 from ._scenario import Expect as Expect
+from ._scenario import Rows as Rows
 from ._scenario import Scenario as Scenario
 from ._scenario import ScenarioResult as ScenarioResult
 from ._scenario import Setup as Setup

@@ -14,7 +14,7 @@ from typing import Any
 
 import trioplay
 from trioplay.adapters import Latency, SimulatedProvider
-from trioplay.scenario import Expect, Scenario, ScenarioResult, Setup
+from trioplay.scenario import Cause, Expect, Scenario, ScenarioResult, Setup
 
 
 async def find_email(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
@@ -52,11 +52,7 @@ scenario = Scenario(
     description="the first provider of a waterfall takes ~5 min a call; rows fall through at 150 s",
     setup=setup,
     expect=Expect(
-        outcome="completed",
-        stalled=True,
-        phase="resolver",
-        tool="finder_a",
-        provider="slow-co",
+        stall=Cause(phase="resolver", tool="finder_a", provider="slow-co"),
         check=every_row_found_an_email,
     ),
     seeded=True,

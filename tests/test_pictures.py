@@ -31,7 +31,7 @@ from trioplay._trace._spans import Spans
 from trioplay.adapters.scenarios._common import leads, map_play
 from trioplay.adapters.scenarios._common import registry as tools_of
 from trioplay.adapters.simulated import SimulatedProvider
-from trioplay.scenario import Expect, Scenario, Setup, run_scenario
+from trioplay.scenario import Cause, Expect, Rows, Scenario, Setup, run_scenario
 
 from .support import registry
 from .test_fencing import TTL, PeerCompletes
@@ -72,7 +72,7 @@ MANY_PAGES = Scenario(
     name="many-pages",
     description="10,000 rows in 100 pages, each stalled by one hung call",
     setup=_many_pages,
-    expect=Expect(outcome="completed", completed=ROWS - PAGE, failed=PAGE, stalled=True),
+    expect=Expect(rows=Rows(completed=ROWS - PAGE, failed=PAGE), stall=Cause()),
 )
 
 

@@ -28,7 +28,7 @@ from trioplay.events import (
     MapProgress,
     MapStall,
 )
-from trioplay.scenario import Expect, ScenarioResult, run_scenario
+from trioplay.scenario import NO_STALL, Cause, Expect, Rows, ScenarioResult, run_scenario
 
 NAMES = [scenario.name for scenario in BUILT_IN]
 
@@ -242,17 +242,48 @@ def test_expect_checks_a_page_a_fields_value_and_every_line() -> None:
     assert pages == {0, 40, 80}
 
     def judged(**wanted: Any) -> list[str]:
-        return judge(result, Expect(outcome="completed", **wanted))
+        return judge(result, Expect(stall=Cause(**wanted)))
 
-    assert judged(phase="governor", page=80) == []
-    assert judged(phase="governor", page=0) != []  # page 0's lines all say resolver
+    assert judged(phase="governor", fields={"page_offset": 80}) == []
+    assert judged(phase="governor", fields={"page_offset": 0}) != []  # page 0 says resolver
     assert judged(fields={"oldest_provider": "stuck-co"}, every_line=True) == []
     [problem] = judged(phase="governor", every_line=True)
     assert problem.startswith("not every stall line names {'oldest_phase': 'governor'}")
     [problem] = judged(fields={"oldest_row_key": "nope"})
     assert problem.startswith("no stall line names {'oldest_row_key': 'nope'}")
     quiet = _run("dispatcher-crash")
-    assert judge(quiet, Expect(outcome="completed", phase="resolver", every_line=True)) != []
+    assert judge(quiet, Expect(stall=Cause(phase="resolver", every_line=True))) == [
+        "0 stall lines, expected some",
+        "not every stall line names {'oldest_phase': 'resolver'}; no of 0 did not: []",
+    ]
+
+
+def test_expect_judges_stall_lines_only_when_told_and_a_cause_implies_some() -> None:
+    stalled, quiet = _run("rate-limit-storm"), _run("dispatcher-crash")
+    lines = len(stalled.stalls)
+    assert lines > 0
+    assert judge(stalled, Expect()) == judge(quiet, Expect(rows=Rows())) == []
+    assert judge(stalled, Expect(stall=Cause())) == judge(quiet, Expect(stall=NO_STALL)) == []
+    assert judge(stalled, Expect(stall=NO_STALL)) == [f"{lines} stall lines, expected none"]
+    assert judge(quiet, Expect(stall=Cause())) == ["0 stall lines, expected some"]
+
+
+def test_expect_judges_rows_as_one_record() -> None:
+    result = _run("dispatcher-crash")
+    assert judge(result, Expect(rows=Rows(completed=256, failed=244, min_completed=256))) == []
+    assert judge(result, Expect(rows=Rows(completed=500, min_completed=300, failed_with="X"))) == [
+        "256 rows completed, expected 500",
+        "256 rows completed, expected at least 300",
+        "the failed rows failed with {'RuntimeError': 244}, expected X only",
+    ]
+
+
+def test_the_old_flat_keywords_of_expect_are_refused_by_name() -> None:
+    # Before issue 21 the stall and the rows were spelled flat on Expect;
+    # docs/scenarios.md says what they became.
+    for old in ("stalled", "phase", "provider", "completed", "failed", "row_errors"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{old}'"):
+            Expect(**{old: None})
 
 
 def test_a_collapse_of_the_commit_rate_is_named_before_any_stall() -> None:

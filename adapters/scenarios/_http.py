@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trioplay import FetchTimeouts
-from trioplay.scenario import Expect, Scenario, Setup
+from trioplay.scenario import Cause, Expect, Rows, Scenario, Setup
 
 from ..faults import NEVER, HostileTransport
 from ._common import leads, map_play
@@ -32,13 +32,8 @@ def _setup(name: str, transport: HostileTransport, timeouts: FetchTimeouts) -> S
 
 # The hostile row's fetch stalls its page (phase fetch) until a deadline fails it.
 HOSTILE_ROW_TIMES_OUT = Expect(
-    outcome="completed",
-    completed=19,
-    failed=1,
-    row_errors="FetchTimeout",
-    stalled=True,
-    phase="fetch",
-    tool="fetch",
+    rows=Rows(completed=19, failed=1, failed_with="FetchTimeout"),
+    stall=Cause(phase="fetch", tool="fetch"),
 )
 
 

@@ -6,11 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 from trioplay import Limits
 from trioplay.events import MapProgress, MapStall
-from trioplay.scenario import Expect, Scenario, Setup
+from trioplay.scenario import Cause, Expect, Rows, Scenario, Setup
 
 from ..faults import RateLimitStorm, Scheduled
 from ..simulated import Latency, SimulatedProvider
 from ._common import calls, leads, map_play, registry
+from ._finder import finder, finder_play
 
 if TYPE_CHECKING:
     from trioplay import Row
@@ -19,16 +20,9 @@ if TYPE_CHECKING:
 
 def hung_call(name: str, seed: int, *, rows: int, tool_timeout: float) -> Setup:
     """``rows`` rows through ``finder`` (acme), whose call for ``d17.example`` never returns."""
-    finder = SimulatedProvider(
-        tool_id="finder",
-        provider="acme",
-        seed=seed,
-        latency=Latency(median=0.2, p99=2.0),
-        hang_keys={"d17.example"},
-    )
     return Setup(
-        play=map_play(name, leads(rows), ("email", calls("finder"))),
-        tools=registry(finder),
+        play=finder_play(name, rows),
+        tools=registry(finder(seed, Latency(median=0.2, p99=2.0), hang_keys={"d17.example"})),
         limits=Limits(tool_timeout=tool_timeout),
         deadline=max(6 * 3600.0, 2 * tool_timeout),
     )
@@ -43,32 +37,17 @@ HUNG_PROVIDER = Scenario(
     description="one call never returns: its page stalls until the tool timeout fails its row",
     setup=_hung_provider,
     expect=Expect(
-        outcome="completed",
-        completed=199,
-        failed=1,
-        row_errors="ToolTimeout",
-        stalled=True,
-        phase="resolver",
-        tool="finder",
-        provider="acme",
+        rows=Rows(completed=199, failed=1, failed_with="ToolTimeout"),
+        stall=Cause(phase="resolver", tool="finder", provider="acme"),
     ),
     seeded=True,
 )
 
 
 def _rate_limit_storm(seed: int) -> Setup:
-    finder = SimulatedProvider(
-        tool_id="finder",
-        provider="acme",
-        seed=seed,
-        latency=Latency(median=0.05, p99=0.4),
-        concurrency=4,
-    )
-    storm = RateLimitStorm(tool=finder, start=0.5, duration=150.0, retry_after=30.0, retries=20)
-    return Setup(
-        play=map_play("rate-limit-storm", leads(100), ("email", calls("finder"))),
-        tools=registry(storm),
-    )
+    quick = finder(seed, Latency(median=0.05, p99=0.4), concurrency=4)
+    storm = RateLimitStorm(tool=quick, start=0.5, duration=150.0, retry_after=30.0, retries=20)
+    return Setup(play=finder_play("rate-limit-storm", 100), tools=registry(storm))
 
 
 RATE_LIMIT_STORM = Scenario(
@@ -76,12 +55,7 @@ RATE_LIMIT_STORM = Scenario(
     description="the provider answers 429 (Retry-After 30 s) for 150 s: rows wait in the governor",
     setup=_rate_limit_storm,
     expect=Expect(
-        outcome="completed",
-        completed=100,
-        failed=0,
-        stalled=True,
-        phase="governor",
-        provider="acme",
+        rows=Rows(completed=100, failed=0), stall=Cause(phase="governor", provider="acme")
     ),
     seeded=True,
 )
@@ -129,13 +103,8 @@ PROVIDER_STARVATION = Scenario(
     ),
     setup=_provider_starvation,
     expect=Expect(
-        outcome="completed",
-        completed=80,
-        failed=40,
-        row_errors="ToolTimeout",
-        stalled=True,
-        phase="governor",
-        provider="stuck-co",
+        rows=Rows(completed=80, failed=40, failed_with="ToolTimeout"),
+        stall=Cause(phase="governor", provider="stuck-co"),
         check=_the_stuck_provider_is_contained,
     ),
     seeded=True,
@@ -146,14 +115,12 @@ COLLAPSE = 120.0  # creeping-provider: when its calls slow down
 
 
 def _creeping_provider(seed: int) -> Setup:
-    finder = SimulatedProvider(
-        tool_id="finder", provider="acme", seed=seed, latency=Latency(0.5, 1.5), concurrency=2
-    )
     # Two minutes in, every call takes 20 s more: ~6 commits a minute instead of ~200.
-    creeping = Scheduled(tool=finder, latency=((COLLAPSE, 20.0),))
+    creeping = Scheduled(
+        tool=finder(seed, Latency(0.5, 1.5), concurrency=2), latency=((COLLAPSE, 20.0),)
+    )
     return Setup(
-        play=map_play("creeping-provider", leads(500), ("email", calls("finder")), page_size=500),
-        tools=registry(creeping),
+        play=finder_play("creeping-provider", 500, page_size=500), tools=registry(creeping)
     )
 
 
@@ -183,12 +150,8 @@ CREEPING_PROVIDER = Scenario(
     ),
     setup=_creeping_provider,
     expect=Expect(
-        outcome="completed",
-        completed=500,
-        failed=0,
-        stalled=True,
-        phase="resolver",
-        provider="acme",
+        rows=Rows(completed=500, failed=0),
+        stall=Cause(phase="resolver", provider="acme"),
         check=_the_collapse_is_named,
     ),
     seeded=True,

@@ -4,25 +4,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trioplay.scenario import Expect, Scenario, Setup
+from trioplay.scenario import NO_STALL, Cause, Expect, Rows, Scenario, Setup
 
 from ..faults import CpuHog
-from ..simulated import Latency, SimulatedProvider
-from ._common import calls, leads, map_play, registry
+from ..simulated import Latency
+from ._common import registry
+from ._finder import finder, finder_play
 
 if TYPE_CHECKING:
     from trioplay.scenario import ScenarioResult
 
 
 def _loop_starvation(seed: int) -> Setup:
-    finder = SimulatedProvider(
-        tool_id="finder", provider="acme", seed=seed, latency=Latency(0.5, 4)
-    )
     # Three rows compute for 45 s each without an await.
     hog = CpuHog(45.0, field="domain", keys={"d10.example", "d11.example", "d12.example"})
     return Setup(
-        play=map_play("loop-starvation", leads(50), ("email", calls("finder")), ("score", hog)),
-        tools=registry(finder),
+        play=finder_play("loop-starvation", 50, ("score", hog)),
+        tools=registry(finder(seed, Latency(0.5, 4))),
     )
 
 
@@ -33,22 +31,16 @@ LOOP_STARVATION = Scenario(
     ),
     setup=_loop_starvation,
     expect=Expect(
-        outcome="completed",
-        completed=50,
-        failed=0,
-        stalled=True,
-        phase="loop",
-        events=("loop.lag",),
+        rows=Rows(completed=50, failed=0), stall=Cause(phase="loop"), events=("loop.lag",)
     ),
     seeded=True,
 )
 
 
 def _cancel_mid_page(seed: int) -> Setup:
-    finder = SimulatedProvider(tool_id="finder", provider="acme", seed=seed, latency=Latency(1, 8))
     return Setup(
-        play=map_play("cancel-mid-page", leads(3000), ("email", calls("finder")), page_size=1000),
-        tools=registry(finder),
+        play=finder_play("cancel-mid-page", 3000, page_size=1000),
+        tools=registry(finder(seed, Latency(1, 8))),
         deadline=12.0,
     )
 
@@ -67,6 +59,6 @@ CANCEL_MID_PAGE = Scenario(
         "the run is cancelled 12 s in, in the middle of a page: it ends at once, its commits kept"
     ),
     setup=_cancel_mid_page,
-    expect=Expect(outcome="interrupted", stalled=False, check=_reported_rows_are_stored),
+    expect=Expect(outcome="interrupted", stall=NO_STALL, check=_reported_rows_are_stored),
     seeded=True,
 )

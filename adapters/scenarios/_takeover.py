@@ -6,11 +6,12 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from trioplay.events import CallFinished, CallStarted, PageLost, RowCommitted
-from trioplay.scenario import Expect, Scenario, Setup
+from trioplay.scenario import Expect, Rows, Scenario, Setup
 
 from ..faults import PeerTakeover
-from ..simulated import Latency, SimulatedProvider
+from ..simulated import SimulatedProvider
 from ._common import calls, leads, map_play, registry
+from ._finder import finder
 
 if TYPE_CHECKING:
     from trioplay import Row
@@ -26,13 +27,10 @@ def _tool(row: Row) -> str:
 
 def _peer_takeover(seed: int) -> Setup:
     rows = leads(ROWS)
-    quick = SimulatedProvider(
-        tool_id="finder", provider="acme", seed=seed, latency=Latency(0.05, 0.3)
-    )
     slow = SimulatedProvider(tool_id="slow-finder", provider="acme", seed=seed, latency=200.0)
     return Setup(
         play=map_play("peer-takeover", rows, ("email", calls(_tool)), page_size=10),
-        tools=registry(quick, slow),
+        tools=registry(finder(seed), slow),
         # Leases of 60 s renewed every 30 s: the heartbeat of 30 s stalls
         # until page 0's lease runs out at 60 s, the peer takes the page over
         # and writes its three unfinished rows 30 s later.
@@ -89,10 +87,7 @@ PEER_TAKEOVER = Scenario(
     ),
     setup=_peer_takeover,
     expect=Expect(
-        outcome="completed",
-        completed=ROWS - len(SLOW),
-        failed=0,
-        handed_over=len(SLOW),
+        rows=Rows(completed=ROWS - len(SLOW), failed=0, handed_over=len(SLOW)),
         events=("page.lost",),
         check=_lost_rows_handed_over_once,
     ),

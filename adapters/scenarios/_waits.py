@@ -17,7 +17,7 @@ import trio
 
 import trioplay
 from trioplay import SendRequest, WaitStore
-from trioplay.scenario import Expect, Scenario, Setup
+from trioplay.scenario import NO_STALL, Expect, Rows, Scenario, Setup
 
 from ._common import leads, map_play
 
@@ -62,11 +62,8 @@ EVENT_NEVER_COMES = Scenario(
     ),
     setup=_event_never_comes,
     expect=Expect(
-        outcome="completed",
-        completed=10,
-        failed=10,
-        row_errors="EventWaitTimeout",
-        stalled=False,
+        rows=Rows(completed=10, failed=10, failed_with="EventWaitTimeout"),
+        stall=NO_STALL,
         events=("wait.registered", "wait.settled"),
         check=_ten_each,
     ),
@@ -135,10 +132,6 @@ EVENT_BEFORE_WAITER = Scenario(
     ),
     setup=_event_before_waiter,
     expect=Expect(
-        outcome="completed",
-        completed=30,
-        failed=0,
-        stalled=False,
-        check=_every_wait_found_its_event,
+        rows=Rows(completed=30, failed=0), stall=NO_STALL, check=_every_wait_found_its_event
     ),
 )

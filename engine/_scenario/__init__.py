@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from ._model import NO_STALL as NO_STALL
+from ._model import Cause as Cause
 from ._model import Expect as Expect
+from ._model import Rows as Rows
 from ._model import Scenario as Scenario
 from ._model import Setup as Setup
 from ._result import ScenarioResult as ScenarioResult

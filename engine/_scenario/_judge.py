@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._model import NO_STALL
 from ._result import compact
 
 if TYPE_CHECKING:
-    from ._model import Expect
+    from ._model import Cause, Expect, NoStall, Rows
     from ._result import ScenarioResult
 
 
@@ -18,54 +19,57 @@ def judge(result: ScenarioResult, expect: Expect) -> list[str]:
         problems.append(f"the run ended {result.status}, expected {expect.outcome}")
     if expect.error is not None and expect.error not in (result.error or ""):
         problems.append(f"the run's error {result.error!r} does not name {expect.error!r}")
+    problems += _judge_rows(result, expect.rows)
+    problems += _judge_stall(result.stalls, expect.stall)
+    types = {e.TYPE for e in result.events}
+    problems += [f"no {t} event" for t in expect.events if t not in types]
+    if expect.check is not None:
+        problems += expect.check(result)
+    return problems
+
+
+def _judge_rows(result: ScenarioResult, rows: Rows) -> list[str]:
+    problems: list[str] = []
     counts = result.counts()
     wanted_counts = (
-        ("completed", expect.completed),
-        ("failed", expect.failed),
-        ("handed_over", expect.handed_over),
+        ("completed", rows.completed),
+        ("failed", rows.failed),
+        ("handed_over", rows.handed_over),
     )
     for name, wanted in wanted_counts:
         if wanted is not None and counts.get(name, 0) != wanted:
             said = name.replace("_", " ")
             problems.append(f"{counts.get(name, 0)} rows {said}, expected {wanted}")
-    if expect.min_completed is not None and counts.get("completed", 0) < expect.min_completed:
+    if rows.min_completed is not None and counts.get("completed", 0) < rows.min_completed:
         problems.append(
-            f"{counts.get('completed', 0)} rows completed, expected at least {expect.min_completed}"
+            f"{counts.get('completed', 0)} rows completed, expected at least {rows.min_completed}"
         )
-    if expect.row_errors is not None and set(result.row_errors) != {expect.row_errors}:
+    if rows.failed_with is not None and set(result.row_errors) != {rows.failed_with}:
         problems.append(
             f"the failed rows failed with {result.row_errors or 'nothing'}, "
-            f"expected {expect.row_errors} only"
+            f"expected {rows.failed_with} only"
         )
-    stalls = result.stalls
-    if expect.stalled is not None and bool(stalls) != expect.stalled:
-        problems.append(
-            f"{len(stalls)} stall lines, expected {'some' if expect.stalled else 'none'}"
-        )
-    wanted_line = {
-        "oldest_phase": expect.phase,
-        "oldest_provider": expect.provider,
-        "oldest_tool": expect.tool,
-        "oldest_store_operation": expect.operation,
-        "page_offset": expect.page,
-    }
-    wanted_line = {k: v for k, v in wanted_line.items() if v is not None}
-    wanted_line.update(expect.fields)
-    if wanted_line:
-        matches = [all(s.get(k) == v for k, v in wanted_line.items()) for s in stalls]
-        named = [{k: s.get(k) for k in wanted_line} for s in stalls]
-        if expect.every_line and not (matches and all(matches)):
+    return problems
+
+
+def _judge_stall(stalls: list[dict[str, Any]], stall: Cause | NoStall | None) -> list[str]:
+    if stall is None:
+        return []
+    if stall is NO_STALL:
+        return [f"{len(stalls)} stall lines, expected none"] if stalls else []
+    problems = [] if stalls else ["0 stall lines, expected some"]
+    wanted = stall.line()
+    if wanted:
+        matches = [all(s.get(k) == v for k, v in wanted.items()) for s in stalls]
+        named = [{k: s.get(k) for k in wanted} for s in stalls]
+        if stall.every_line and not (matches and all(matches)):
             wrong = [n for n, ok in zip(named, matches, strict=True) if not ok]
             problems.append(
-                f"not every stall line names {wanted_line}; "
+                f"not every stall line names {wanted}; "
                 f"{len(wrong) if stalls else 'no'} of {len(stalls)} did not: {_distinct(wrong)}"
             )
         elif not any(matches):
-            problems.append(f"no stall line names {wanted_line}; they named {_distinct(named)}")
-    types = {e.TYPE for e in result.events}
-    problems += [f"no {t} event" for t in expect.events if t not in types]
-    if expect.check is not None:
-        problems += expect.check(result)
+            problems.append(f"no stall line names {wanted}; they named {_distinct(named)}")
     return problems
 
 

@@ -2,13 +2,15 @@
 
 A :class:`Scenario` builds a :class:`Setup` from a seed (the play, its tools
 and store, wrapped in fault adapters, and the limits), and says in an
-:class:`Expect` what the run must show: its outcome, and what its stall
-lines name. :func:`~trioplay.scenario.run_scenario` runs it in virtual time.
+:class:`Expect` what the run must show: its outcome, its rows
+(:class:`Rows`), and what its stall lines name (a :class:`Cause`, or
+:data:`NO_STALL`). :func:`~trioplay.scenario.run_scenario` runs it in virtual time.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+import enum
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
@@ -54,43 +56,83 @@ class Setup:
 
 
 @attrs.frozen(kw_only=True)
-class Expect:
-    """What the run must show; :meth:`problems` says what it did not.
+class Rows:
+    """What the map's rows must show, as its last counts say (``map.progress``).
 
-    - ``outcome``: the run's status (``run.finished``);
-    - ``error``: a text the run's error must contain (its type name, say);
-    - ``completed`` / ``failed``: the map's row counts (last ``map.progress``);
-      ``min_completed``: at least that many completed; ``row_errors``: the
-      one error type every failed row failed with (``"ToolTimeout"``);
-      ``handed_over``: the rows left to another owner that took their page
-      over (``page.lost``), as the map's last counts say;
-    - ``stalled``: whether any stall line was logged;
-    - ``phase``: a stall line names this ``oldest_phase``; ``provider``,
-      ``tool``, ``operation``: that same line names this ``oldest_provider``,
-      ``oldest_tool``, ``oldest_store_operation``; ``page``: that line is the
-      page's at this ``page_offset``; ``fields``: that line has these values
-      (any of its keys: ``{"oldest_receipt_owner": "peer.invalid/4242/1"}``);
-    - ``every_line``: every stall line, not only one, must name all of the
-      above (and there must be one);
-    - ``events``: event types the run must emit (``"loop.lag"``);
-    - ``check``: more checks of your own, each problem a line of text.
+    ``completed`` / ``failed``: exactly that many; ``min_completed``: at
+    least that many completed; ``handed_over``: the rows left to another
+    owner that took their page over (``page.lost``); ``failed_with``: the one
+    error type every failed row failed with (``"ToolTimeout"``).
     """
 
-    outcome: Outcome
-    error: str | None = None
     completed: int | None = None
-    min_completed: int | None = None
     failed: int | None = None
-    row_errors: str | None = None
+    min_completed: int | None = None
     handed_over: int | None = None
-    stalled: bool | None = None
+    failed_with: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Cause:
+    """What a stall line must name: ``Expect(stall=Cause(phase="resolver", provider="acme"))``.
+
+    The cause as :meth:`ScenarioResult.causes` says it: ``phase``, the line's
+    ``oldest_phase``; ``provider``, ``tool``, ``operation``: its
+    ``oldest_provider``, ``oldest_tool``, ``oldest_store_operation``.
+    ``fields``: any other keys of the line and their values
+    (``{"oldest_receipt_owner": "peer.invalid/4242/1"}``, ``{"page_offset":
+    80}``). Some stall line names all of them together, or, with
+    ``every_line``, every one does. ``Cause()`` names nothing: any stall
+    line will do.
+    """
+
     phase: str | None = None
     provider: str | None = None
     tool: str | None = None
     operation: str | None = None
-    page: int | None = None
     fields: Mapping[str, Any] = attrs.field(factory=dict)
     every_line: bool = False
+
+    def line(self) -> dict[str, Any]:
+        """The keys a stall line must have, with their values."""
+        named = {
+            "oldest_phase": self.phase,
+            "oldest_provider": self.provider,
+            "oldest_tool": self.tool,
+            "oldest_store_operation": self.operation,
+        }
+        return {k: v for k, v in named.items() if v is not None} | dict(self.fields)
+
+
+class NoStall(enum.Enum):
+    """``Expect(stall=NO_STALL)``: the run logs no stall line at all."""
+
+    NO_STALL = "no stall"
+
+
+NO_STALL: Final = NoStall.NO_STALL
+
+
+@attrs.frozen(kw_only=True)
+class Expect:
+    """What the run must show; the result's ``problems`` say what it did not.
+
+    - ``outcome``: the run's status (``run.finished``), ``"completed"``
+      unless said;
+    - ``error``: a text the run's error must contain (its type name, say);
+    - ``rows``: the map's row counts, and what its failed rows failed with
+      (:class:`Rows`);
+    - ``stall``: what the stall lines name (a :class:`Cause`; ``Cause()``:
+      some stall line, whatever it names), or :data:`NO_STALL`: none at all;
+      ``None``, the default: the stall lines are not judged;
+    - ``events``: event types the run must emit (``"loop.lag"``);
+    - ``check``: more checks of your own, each problem a line of text.
+    """
+
+    outcome: Outcome = "completed"
+    error: str | None = None
+    rows: Rows = Rows()
+    stall: Cause | NoStall | None = None
     events: tuple[str, ...] = ()
     check: Callable[[ScenarioResult], list[str]] | None = None
 
