@@ -11,8 +11,11 @@ import trioplay
 from trioplay._collector import RUN_YOUNG_THRESHOLD, tuned_for_run
 
 
-def settings() -> tuple[tuple[int, int, int], int]:
-    return gc.get_threshold(), gc.get_freeze_count()
+def settings() -> tuple[tuple[int, int, int], bool]:
+    """The thresholds, and whether objects are frozen. Not the frozen count: a frozen object
+    freed by its reference count (in another thread, say: pytest-xdist's worker has one)
+    leaves the permanent generation, so the count can fall at any time."""
+    return gc.get_threshold(), gc.get_freeze_count() > 0
 
 
 async def test_a_run_tunes_the_collector_and_restores_it() -> None:
@@ -24,7 +27,7 @@ async def test_a_run_tunes_the_collector_and_restores_it() -> None:
 
     before = settings()
     assert before[0][0] < RUN_YOUNG_THRESHOLD
-    assert before[1] == 0
+    assert not before[1]
     with trio.fail_after(10):
         async with trioplay.open_runtime(store="memory://") as rt:
             await rt.run(look, {})
@@ -35,7 +38,7 @@ async def test_a_run_tunes_the_collector_and_restores_it() -> None:
                 pass
     [(threshold, frozen)] = seen
     assert threshold == (RUN_YOUNG_THRESHOLD, *before[0][1:])
-    assert frozen > 0  # the objects alive at the run's start
+    assert frozen  # the objects alive at the run's start
     assert settings() == before  # after a failed run too
 
 
@@ -72,8 +75,8 @@ def test_a_programs_own_settings_are_kept() -> None:
     gc.freeze()  # the program froze objects itself: not unfrozen by a run
     try:
         frozen = gc.get_freeze_count()
-        with tuned_for_run():
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+        with tuned_for_run():  # neither frozen again (the count would grow) nor unfrozen
+            assert 0 < gc.get_freeze_count() <= frozen
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
