@@ -90,6 +90,17 @@ class RowAdmission:
             raise
         return reserved
 
+    async def wait_for_slot(self) -> None:
+        """Wait until a row slot is free, holding none.
+
+        The page loop waits here before it claims a page, so that a process
+        claims a page only when a row of it can start: a page it could not
+        start yet is left to a peer that can (docs/scale-out.md).
+        """
+        token = object()
+        await self._limiter.acquire_on_behalf_of(token)
+        self._limiter.release_on_behalf_of(token)
+
     def lend_slot(self) -> None:
         """A row lingers for an outside event: one more row may run meanwhile."""
         self._limiter.total_tokens += 1

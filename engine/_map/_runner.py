@@ -173,7 +173,9 @@ class _MapRun:
         row admission alone (an open page has a row in flight, or is the one
         starting its rows), not by a fixed window: a page waiting for one
         straggler holds that row's slot and nothing more, while later pages
-        use the others.
+        use the others. A page is claimed only once a row slot is free, so a
+        process never holds a page none of whose rows it can start: peers
+        sharing the run take pages by what each can run.
         """
         position = 0
         previous = trio.Event()
@@ -183,6 +185,7 @@ class _MapRun:
             while True:
                 # Wait before reading: the input in memory stays about one page.
                 await previous.wait()
+                await self.admission.wait_for_slot()  # claim only what can start
                 chunk = list(itertools.islice(rows, self.page_size))
                 if not chunk:
                     break
