@@ -63,17 +63,23 @@ def _child(parent: str, row: str, input: object) -> str:
     return child_run_id("approve", key)
 
 
-def test_acceptance_7_a_waiting_child_makes_the_root_exit_4_then_both_complete(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _root_waits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str, str]:
+    """``trioplay run`` of the family play as run ``root`` on a new SQLite store: it exits 4
+    (its child for row a2 waits). Returns the store URL, the child run id and the output."""
     play = tmp_path / "family.py"
     play.write_text(FAMILY_PLAY)
     store = f"sqlite:///{tmp_path / 'store.db'}"
-    child = _child("root", "a2", {"account": "a2", "auto": False})
     code, out, err = run_cli(
         capsys, "run", f"{play}:accounts", "--store", store, "--run-id", "root"
     )
     assert code == 4, out + err
+    return store, _child("root", "a2", {"account": "a2", "auto": False}), out
+
+
+def test_acceptance_7_a_waiting_child_makes_the_root_exit_4_then_both_complete(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, child, out = _root_waits(tmp_path, capsys)
     assert "accounts: 2 completed, 0 failed, 0 skipped, 1 waiting" in out
     assert "run root: waiting (play accounts, attempt 1)" in out  # the root, not its child
     assert "waiting: run root waits for 1 event" in out
@@ -422,14 +428,7 @@ async def test_an_event_sent_to_a_lingering_child_while_the_root_runs_needs_no_r
 def test_cancelling_a_root_cancels_its_waiting_child_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    play = tmp_path / "family.py"
-    play.write_text(FAMILY_PLAY)
-    store = f"sqlite:///{tmp_path / 'store.db'}"
-    child = _child("root", "a2", {"account": "a2", "auto": False})
-    code, out, err = run_cli(
-        capsys, "run", f"{play}:accounts", "--store", store, "--run-id", "root"
-    )
-    assert code == 4, out + err
+    store, child, _ = _root_waits(tmp_path, capsys)
     code, out, err = run_cli(capsys, "cancel", "root", "--store", store)
     assert code == 0, err
     assert out == (
