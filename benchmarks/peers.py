@@ -81,12 +81,10 @@ from .workload import (
     POSTGRES,
     chosen,
     clean_env,
-    drop_schemas,
     expected_row,
     install_venv,
     machine,
     postgres_problem,
-    postgres_url,
     save_results,
     stamp,
     tail,
@@ -199,33 +197,27 @@ def trioplay_child(rows: int, url: str, latency: float, in_flight: int) -> None:
     print(json.dumps({"elapsed": out["elapsed"], "cpu": out["cpu"], "completed": rows}))
 
 
-class _Databases:
-    """Fresh system databases: SQLite files in ``tmp``; PostgreSQL schemas (trioplay) and
-    databases (DBOS makes its own), all dropped by :meth:`drop`."""
+class _Databases(latency_bench.Stores):
+    """The latency benchmark's fresh stores (SQLite files, PostgreSQL schemas), and for DBOS
+    on PostgreSQL a fresh database it makes itself; all dropped by :meth:`drop`."""
 
     def __init__(self, tmp: Path) -> None:
-        self._tmp = tmp
-        self._prefix = f"trioplay_peers_{uuid.uuid4().hex[:8]}"
-        self._count = 0
-        self.schemas: list[str] = []
+        super().__init__(tmp)
         self.databases: list[str] = []
 
-    def url(self, contender: str, store: str) -> str:
-        self._count += 1
-        if store == "sqlite":
-            return f"sqlite:///{self._tmp / f'{contender}-{self._count}.db'}"
-        name = f"{self._prefix}_{self._count}"
-        if contender.startswith("trioplay"):
-            self.schemas.append(name)
-            return postgres_url(name)
+    def for_racer(self, contender: str, store: str) -> str:
+        if store == "sqlite" or contender.startswith("trioplay"):
+            return self.url(store)
+        name = f"trioplay_peers_{uuid.uuid4().hex[:12]}"
         self.databases.append(name)
         return urlunsplit(urlsplit(POSTGRES)._replace(path=f"/{name}"))
 
     def drop(self) -> None:
+        super().drop()
+        if not self.databases:
+            return
         import psycopg
 
-        if self.schemas:
-            drop_schemas(self.schemas)
         with psycopg.connect(POSTGRES, autocommit=True, connect_timeout=3) as conn:
             for name in self.databases:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -272,7 +264,7 @@ def race(
             for round_no in range(rounds):
                 order = names[round_no % len(names) :] + names[: round_no % len(names)]
                 for name in order:
-                    out = _measure(name, rows, databases.url(name, race.store), python)
+                    out = _measure(name, rows, databases.for_racer(name, race.store), python)
                     seconds[name].append(out["elapsed"])
                     cpu[name].append(out["cpu"])
                     if out.get("journal_mode"):

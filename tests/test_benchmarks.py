@@ -236,3 +236,15 @@ def test_store_calls_times_every_operation_on_both_stores() -> None:
         for operation in operations:
             assert f"  {store:8} {operation:9} cpu " in out, (store, operation, out)
     assert "server cpu" in out
+
+
+def test_peers_sqlite_races_never_reach_for_postgresql(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A race on SQLite alone makes and drops its stores without the PostgreSQL server."""
+    monkeypatch.setattr(peers, "POSTGRES", "postgresql://postgres@127.0.0.1:1/nothing-here")
+    databases = peers._Databases(tmp_path)
+    urls = [databases.for_racer(name, "sqlite") for name in ("trioplay", "dbos-wal")]
+    assert all(url.startswith(f"sqlite:///{tmp_path}") for url in urls), urls
+    assert len(set(urls)) == 2
+    databases.drop()  # nothing of PostgreSQL to drop: no connection tried
