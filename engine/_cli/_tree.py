@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from trioplay import RunRecord, Store
 
 TREE_RUNS = 10_000
@@ -27,21 +29,37 @@ async def run_tree(store: Store, record: RunRecord) -> list[dict[str, Any]]:
         for run in await store.list_runs(limit=TREE_RUNS)
         if run.run_id == root or run.root_run_id == root
     ]
-    if len(members) < 2:
+    tops = [run for run in members if run.run_id == root]
+    if len(members) < 2 or not tops:
         return []
-    children: dict[str | None, list[RunRecord]] = {}
-    for run in sorted(members, key=lambda run: (run.created_at, run.run_id)):
-        parent = None if run.run_id == root else run.parent_run_id
-        children.setdefault(parent, []).append(run)
-    tree: list[dict[str, Any]] = []
-    stack = list(reversed(children.get(None, [])))
+    return [
+        {"run_id": run.run_id, "play": run.play, "status": run.status, "depth": run.depth}
+        for run in (tops[0], *_below(members, root))
+    ]
+
+
+async def waiting_below(store: Store, run_id: str) -> list[str]:
+    """The runs below ``run_id`` (its child plays, theirs, ...) that are ``waiting``.
+
+    A caller waits while its child does: cancelling the caller for good
+    cancels these too (``trioplay cancel``), or their waits would stay open.
+    """
+    runs = await store.list_runs(limit=TREE_RUNS)
+    return [run.run_id for run in _below(runs, run_id) if run.status == "waiting"]
+
+
+def _below(runs: list[RunRecord], top: str) -> Iterator[RunRecord]:
+    """The runs below ``top`` among ``runs``, each after its parent (depth first), children
+    in the order they were created."""
+    children: dict[str, list[RunRecord]] = {}
+    for run in sorted(runs, key=lambda run: (run.created_at, run.run_id)):
+        if run.parent_run_id is not None:
+            children.setdefault(run.parent_run_id, []).append(run)
+    stack = list(reversed(children.get(top, [])))
     while stack:
         run = stack.pop()
-        tree.append(
-            {"run_id": run.run_id, "play": run.play, "status": run.status, "depth": run.depth}
-        )
+        yield run
         stack.extend(reversed(children.get(run.run_id, [])))
-    return tree
 
 
 def format_tree(tree: list[dict[str, Any]], run_id: str) -> list[str]:
@@ -54,23 +72,3 @@ def format_tree(tree: list[dict[str, Any]], run_id: str) -> list[str]:
         indent = "  " * (run["depth"] + 1)
         lines.append(f"{indent}{run['run_id']} ({run['play']}, {run['status']}){mark}")
     return lines
-
-
-async def waiting_below(store: Store, run_id: str) -> list[str]:
-    """The runs below ``run_id`` (its child plays, theirs, ...) that are ``waiting``.
-
-    A caller waits while its child does: cancelling the caller for good
-    cancels these too (``trioplay cancel``), or their waits would stay open.
-    """
-    below: dict[str, list[RunRecord]] = {}
-    for run in await store.list_runs(limit=TREE_RUNS):
-        if run.parent_run_id is not None:
-            below.setdefault(run.parent_run_id, []).append(run)
-    found: list[str] = []
-    stack = list(below.get(run_id, []))
-    while stack:
-        run = stack.pop()
-        if run.status == "waiting":
-            found.append(run.run_id)
-        stack.extend(below.get(run.run_id, []))
-    return found
