@@ -19,7 +19,7 @@ from ._errors import InvalidWait
 # completion and its sibling failure) are plain ``attrs.define`` classes, not
 # frozen ones: a frozen slotted class sets each field through
 # ``object.__setattr__``, some 850 machine instructions a field, and a row of
-# two calls builds eight of them (``docs/benchmarks.md``, issue 27, third
+# two calls builds six of them (``docs/benchmarks.md``, issue 27, third
 # pass: 3% of the instructions of a row). Nothing changes them once built;
 # equality is still by value (they are unhashable, and nothing hashes them).
 
