@@ -39,7 +39,12 @@ async def _play(ctx: trioplay.PlayContext, input_: Any) -> Any:
 
 
 async def _share(
-    in_flight: tuple[int, ...], *, head_start: float = 0.0, rows: int = ROWS, flush: float = 0.1
+    in_flight: tuple[int, ...],
+    *,
+    head_start: float = 0.0,
+    rows: int = ROWS,
+    flush: float = 0.1,
+    page: int = PAGE,
 ) -> tuple[list[int], float]:
     """Rows each runtime committed, and how long the run took (virtual seconds).
 
@@ -54,7 +59,7 @@ async def _share(
     async def one(index: int) -> None:
         await trio.sleep(head_start * index)
         limits = trioplay.Limits(
-            page_size=PAGE,
+            page_size=page,
             writer_max_flush=flush,
             max_concurrent_rows=in_flight[index],
             max_concurrent_external_calls=in_flight[index],
@@ -132,6 +137,20 @@ async def test_a_process_sees_a_peers_last_page_done_soon_after_it_is(
     # 0.03 s after the first process ran out of pages of its own. The first
     # returns only once every page is done, and polls for it: every
     # page_wait_delay (0.1 s) it saw it at 6.1 s; polling at a tenth of
-    # how long it has waited so far, it sees it within 0.01 s.
+    # how long it has had nothing of its own to run, within 0.01 s.
     _, done = await _share((25, 25), head_start=0.03)
     assert done == pytest.approx(6.03, abs=0.01)
+
+
+@pytest.mark.deadline(60)
+async def test_a_peers_page_is_polled_fast_only_once_a_process_has_nothing_of_its_own(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Pages of 250 rows, 64 in flight: each process starts waiting for its
+    # peer's pages as soon as a slot frees under its own last page, four
+    # waves before it runs out of rows. Counting the wait from then, it
+    # polled every 0.09 s by the end and saw the peer's last page (done at
+    # 8.03 s) at 8.086 s; counted from when its own pages ended, at once.
+    counts, done = await _share((64, 64), head_start=0.03, rows=1000, page=250)
+    assert counts == [500, 500]
+    assert done == pytest.approx(8.03, abs=0.006)

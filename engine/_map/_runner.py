@@ -154,6 +154,8 @@ class _MapRun:
     """(offset, length) of the pages lost to a peer."""
     running: int = attrs.field(init=False, default=0)
     """Rows started and not yet handed to the writer."""
+    open_pages: int = attrs.field(init=False, default=0)
+    """Pages of this map running here."""
     read: bool = attrs.field(init=False, default=False)
     """The source is read and every page of it started: once no row is running,
     no row reaches the writer until a held or lost page is run here."""
@@ -196,6 +198,8 @@ class _MapRun:
                     self.read = True
                     if not self.running:
                         self.writer.flush_now()
+                    if not self.open_pages:
+                        self.pages.idle()
                     break
                 offset = position
                 position += len(chunk)
@@ -276,6 +280,7 @@ class _MapRun:
                 return _DONE
         assert isinstance(claim, PageLease)
         spawned = trio.Event()
+        self.open_pages += 1
         start_soon(pages, self._run_page, plan, claim, spawned, len(chunk))
         await trio.lowlevel.checkpoint()
         return spawned
@@ -334,6 +339,9 @@ class _MapRun:
             raise
         finally:
             spawned.set()  # the pages after it must never wait for it
+            self.open_pages -= 1
+            if self.read and not self.open_pages:
+                self.pages.idle()  # only peers' pages are left: see them done soon
 
     async def _start_rows(
         self, rows: trio.Nursery, page: Page, send: Callable[[TerminalRow], Awaitable[None]]
