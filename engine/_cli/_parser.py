@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._common import CONFIG_FILE, DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
     from ._options import Command
 
 
-def _later(name: str) -> Command:
-    """The handler ``_commands.<name>``, imported when its command runs.
+def _later(name: str, module: str = "_commands") -> Command:
+    """The handler ``<module>.<name>`` of this package, imported when its command runs.
 
     The parser imports no handler module: ``--help``, ``--version`` and a
     usage error then load none of what the commands need (Trio, the
@@ -40,9 +41,7 @@ def _later(name: str) -> Command:
     """
 
     def command(args: argparse.Namespace, session: _Session) -> int:
-        from . import _commands
-
-        handler: Command = getattr(_commands, name)
+        handler: Command = getattr(importlib.import_module(f"{__package__}.{module}"), name)
         return handler(args, session)
 
     command.__name__ = command.__qualname__ = name
@@ -53,8 +52,8 @@ _cmd_config = _later("_cmd_config")
 _cmd_demo = _later("_cmd_demo")
 _cmd_export = _later("_cmd_export")
 _cmd_run = _later("_cmd_run")
-_cmd_runs_list = _later("_cmd_runs_list")
-_cmd_runs_show = _later("_cmd_runs_show")
+_cmd_runs_list = _later("_cmd_runs_list", "_runs")
+_cmd_runs_show = _later("_cmd_runs_show", "_runs")
 _cmd_timeline = _later("_cmd_timeline")
 
 _TOOLS_HELP = """\
