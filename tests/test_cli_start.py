@@ -54,11 +54,13 @@ ROOMS = (
     "psycopg",
 )
 # What a light command on SQLite needs none of: Trio (a third of its start), the
-# waits room, the heavy commands' module, the entry point table.
+# waits room, the heavy commands' module, the entry point table, and with no
+# configuration file and no flag but --store (as here) the converter (cattrs).
 NOT_FOR_LIGHT = (
     *ROOMS,
     "trio",
     "outcome",
+    "cattrs",
     "trioplay._waits",
     "trioplay._cli._commands",
     "trioplay._cli._export",
