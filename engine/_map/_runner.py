@@ -306,6 +306,7 @@ class _MapRun:
                         await self._start_rows(rows, page, sender.send)
                         page.all_started()
                         spawned.set()
+                    self.writer.flush_soon()  # every row of the page is sent
                     await page.settled.wait()
                     nursery.cancel_scope.cancel()
             if page.state is not PageState.LOST and not await self.pages.finish(lease, page):

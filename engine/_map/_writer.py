@@ -21,8 +21,9 @@ for the first row of a batch in ``receive()``, then for the buffer to fill,
 the flush deadline or the end of input, and takes the whole batch with
 ``receive_nowait``.
 
-A batch is written in one store transaction when the buffer is full or
-``writer_max_flush`` after its first row arrived, whichever comes first; only
+A batch is written in one store transaction when the buffer is full,
+``writer_max_flush`` after its first row arrived, or once a page has sent its
+last row (:meth:`TerminalRowWriter.flush_soon`), whichever comes first; only
 then is each row *committed* (``commits.committed``). The write is fenced: each row
 goes with its page's lease, and the store writes it only while that lease
 is the page's own and never replaces a completed row with a failed one;
@@ -161,7 +162,8 @@ class TerminalRowWriter:
         self._buffered_bytes = 0  # sent, not yet taken into a batch
         self._buffered_rows = 0
         self._first_at = 0.0  # when the oldest row not yet taken was sent
-        self._wakeup = trio.Event()  # the buffer filled or a sender closed
+        self._wakeup = trio.Event()  # the buffer filled, a sender closed or asked for a flush
+        self._flush_now = False  # flush_soon() was called since the last batch was taken
         self._space = trio.Event()  # a batch left the buffer
         self._active: list[TerminalRow] = []
         self._active_started_at: float | None = None
@@ -209,6 +211,17 @@ class TerminalRowWriter:
     def _poke(self) -> None:
         self._wakeup.set()
 
+    def flush_soon(self) -> None:
+        """Write what is buffered now, without waiting out ``writer_max_flush``.
+
+        A page calls it once every row of it has been sent, so that its last
+        rows commit at once: at the end of a map no row can join them, and
+        waiting out the deadline would only delay the map's end by it (in
+        the middle of a map it makes one batch per page smaller).
+        """
+        self._flush_now = True
+        self._wakeup.set()
+
     def diagnostics(self) -> WriterDiagnostics:
         return WriterDiagnostics(
             active_rows=len(self._active),
@@ -231,6 +244,10 @@ class TerminalRowWriter:
     def _input_open(self) -> bool:
         return self._output.statistics().open_send_channels > 0
 
+    def _waits(self) -> bool:
+        """Whether the batch being formed waits for more rows (up to the flush deadline)."""
+        return self._buffered_bytes < self._cap and not self._flush_now and self._input_open()
+
     async def _flush_loop(self) -> None:
         batch: list[TerminalRow] = []
         try:
@@ -239,13 +256,14 @@ class TerminalRowWriter:
                     batch.append(await self._output.receive())
                 except trio.EndOfChannel:
                     return
-                if self._buffered_bytes < self._cap and self._input_open():
-                    # Wait out the flush deadline unless the buffer fills or
-                    # the input ends first.
+                if self._waits():
+                    # Wait out the flush deadline unless the buffer fills, the
+                    # input ends or a page has sent its last row first.
                     with trio.move_on_at(self._first_at + self._max_flush):
-                        while self._buffered_bytes < self._cap and self._input_open():
+                        while self._waits():
                             self._wakeup = trio.Event()
                             await self._wakeup.wait()
+                self._flush_now = False
                 self._take(batch)
                 await self._write(batch)
                 batch = []
