@@ -32,6 +32,7 @@ from . import (
     fetch,
     instructions,
     latency,
+    latency_waits,
     memory,
     peers,
     pgfaults,
@@ -127,6 +128,11 @@ def _latency(args: argparse.Namespace) -> Any:
     )
 
 
+def _latency_waits(args: argparse.Namespace) -> Any:
+    rows = args.rows or (latency_waits.QUICK_ROWS if args.quick else latency_waits.DEFAULT_ROWS)
+    return latency_waits.run(rows, save=args.save)
+
+
 def _peers(args: argparse.Namespace) -> Any:
     default = peers.QUICK_CONTENDERS if args.quick else peers.CONTENDERS
     return peers.run(
@@ -210,6 +216,10 @@ BENCHMARKS: dict[str, tuple[Benchmark, str]] = {
         "the same with 100 ms tools, 64 rows in flight per process (postgres)",
     ),
     "latency": (_latency, "rows/s with 50 and 500 ms tools vs raw Trio's same sleeps"),
+    "latency-waits": (
+        _latency_waits,
+        "the latency workload in virtual time, store calls of fixed latency: the waits alone",
+    ),
     "peers": (
         _peers,
         "trioplay vs DBOS Transact (SQLite and PostgreSQL), and the thread vs trio-asyncio bridge",

@@ -47,7 +47,7 @@ from trioplay._json import canonical_json, dumps
 from trioplay._keys import tool_receipt_key
 from trioplay._runtime import play_name
 from trioplay.stores import _sqlite_jobs as store
-from trioplay.stores._sqlite_bridge import connect
+from trioplay.stores._sqlite_connect import connect
 from trioplay.stores._sqlite_sql import COMPLETE, MIGRATIONS
 
 from .workload import COLUMNS, enrich_play, expected_row, registry, source_rows

@@ -43,7 +43,8 @@ from ._tools import ToolRegistry
 from ._trace._listen import EventListener
 from ._trace._recorder import Recorder
 from ._trace._records import RunFinished, RunStarted
-from ._waits import MISSING, event_request, run_waiting, send_checked, suspension
+from ._wait_terms import MISSING, event_request, send_checked
+from ._waits import run_waiting, suspension
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -376,7 +377,7 @@ class Runtime:
         return await self.send_request(request)
 
     async def send_request(self, request: SendRequest) -> SendResult:
-        """Send an event already checked (``trioplay._waits.event_request`` made it)."""
+        """Send an event already checked (``trioplay._wait_terms.event_request`` made it)."""
         return await send_checked(self._store, request, now=self.wall_clock(), facts=self.facts)
 
 

@@ -537,5 +537,6 @@ class Pool:
         # is severed. One opening a connection (bounded by connect_timeout)
         # or stuck otherwise is left to its daemon thread rather than hold up
         # the caller: it closes its connection by itself.
-        with trio.move_on_after(max(1.0, self._cancel_timeout)):
+        # Shielded from the caller's cancellation: a store is closed whole.
+        with trio.CancelScope(shield=True), trio.move_on_after(max(1.0, self._cancel_timeout)):
             await trio.to_thread.run_sync(join, abandon_on_cancel=True)

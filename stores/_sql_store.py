@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import Generic, Protocol, TypeVar
 
-import trio
-
 from trioplay import StoreError
 
 from ._terms import StoreTerms
@@ -26,7 +24,8 @@ from ._waits import WaitOperations
 class Bridge(Protocol):
     """Where a SQL store's jobs run: it only needs to be stopped, once."""
 
-    async def stop(self) -> None: ...
+    async def stop(self) -> None:
+        """Stop, shielded from the caller's cancellation: a store is closed whole."""
 
 
 B = TypeVar("B", bound=Bridge)
@@ -58,8 +57,7 @@ class SqlStore(WaitOperations, StoreTerms, Generic[B]):
     async def aclose(self) -> None:
         bridge, self._bridge = self._bridge, None
         if bridge is not None:
-            with trio.CancelScope(shield=True):
-                await bridge.stop()
+            await bridge.stop()
 
     def _bridge_for(self, operation: str) -> B:
         """The bridge to run ``operation`` on; a :class:`StoreError` if the store is closed."""

@@ -22,11 +22,9 @@ task that can take it (a queued job is dropped then, a running one is waited for
 from __future__ import annotations
 
 import itertools
-import os
 import queue
 import sqlite3
 import threading
-import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
@@ -34,67 +32,12 @@ import outcome
 import trio
 
 from ._bridge import JobState, advance, drop, hand_back
+from ._sqlite_connect import DEFAULT_LOCK_TIMEOUT, connect, is_busy, run_waiting
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 T = TypeVar("T")
-
-DEFAULT_LOCK_TIMEOUT = 5.0
-_WAL_CHECKPOINT_PAGES = 10_000
-
-
-class _LockTimeout(sqlite3.OperationalError):
-    """Another connection held the database's lock for longer than ``lock_timeout``."""
-
-    def __init__(self, waited: float, lock_timeout: float) -> None:
-        super().__init__(
-            f"the database is locked by another connection: waited {waited:.2f}s for its"
-            f" lock (lock_timeout={lock_timeout:g}s); is another process writing to it?"
-        )
-        self.waited = waited
-
-
-class _FileReplaced(sqlite3.OperationalError):
-    """The database file was deleted or replaced under an open connection."""
-
-    def __init__(self, path: str, now: str) -> None:
-        super().__init__(
-            f"the database file {path} was deleted or replaced while the run was writing to"
-            f" it ({now}): what it wrote since went to a file nobody can open any more, so"
-            " the run stops here; the same command starts over on whatever file is there now"
-        )
-
-
-class _Connection(sqlite3.Connection):
-    """A connection that remembers the file it opened (its device and inode).
-
-    A database file deleted (its folder removed, say) or replaced by another
-    under an open connection does not stop SQLite: it goes on writing to the
-    unlinked file, and a run completes "successfully" into a database that
-    is gone. :func:`check_file` compares the file at the path with the one
-    opened, at the start of every write transaction (one ``stat``).
-    """
-
-    path: str = ""
-    opened: tuple[int, int] | None = None
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        status = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return status.st_dev, status.st_ino
-
-
-def check_file(conn: sqlite3.Connection) -> None:
-    """Raise :class:`_FileReplaced` if ``conn``'s file is no longer the one at its path."""
-    if not isinstance(conn, _Connection) or conn.opened is None:
-        return
-    now = _identity(conn.path)
-    if now != conn.opened:
-        raise _FileReplaced(conn.path, "it is gone" if now is None else "another file is there")
 
 
 @attrs.define(eq=False)
@@ -117,6 +60,9 @@ class Worker:
     ``_lock`` guards job states, so a job is either dropped before it starts
     or runs to the end, and an interrupt only ever hits the job it was meant for.
     """
+
+    clock = staticmethod(trio.current_time)
+    """The clock a store call's elapsed time is read on (the run's, virtual in tests)."""
 
     def __init__(self, path: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
         self._path = path
@@ -145,14 +91,16 @@ class Worker:
 
         An inline job costs no thread round trip. It never waits for a lock
         (the connection's busy timeout is 0): a job that finds the database
-        locked by another connection moves to the thread, which waits.
+        locked by another connection moves to the thread, which waits. A
+        caller cancelled already does not start its job.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         if inline and not self._outstanding and self._conn is not None:
             # The thread is idle, so the connection is ours to use here.
             try:
                 done = work(self._conn)
             except sqlite3.OperationalError as exc:
-                if not _is_busy(exc):
+                if not is_busy(exc):
                     raise
                 # Another connection holds the lock: wait for it on the thread.
             else:
@@ -178,7 +126,7 @@ class Worker:
         try:
             result: T = await trio.lowlevel.wait_task_rescheduled(abort)
         except sqlite3.OperationalError as exc:
-            if job.interrupted or (job.cancelled and _is_busy(exc)):
+            if job.interrupted or (job.cancelled and is_busy(exc)):
                 # Raise the cancellation that interrupted the read (or the
                 # wait for a lock: the job did nothing), not its error.
                 await trio.lowlevel.checkpoint()
@@ -188,7 +136,9 @@ class Worker:
         return result
 
     async def stop(self) -> None:
-        await self.run(sqlite3.Connection.close, last=True)
+        """Close the connection and end the thread (shielded: a store is closed whole)."""
+        with trio.CancelScope(shield=True):
+            await self.run(sqlite3.Connection.close, last=True)
         # The thread returns right after handing back the last job's result.
         self._thread.join()
 
@@ -209,72 +159,8 @@ class Worker:
             if job.last:
                 return None
             self._conn = connect(self._path, self._lock_timeout)
-        # The connection's own busy timeout is 0 (inline jobs must not block
-        # the event loop), so the thread waits for other connections' locks
-        # here, up to lock_timeout, and stops waiting when its caller is cancelled.
-        started = time.monotonic()
-        pause = 0.001
-        while True:
-            try:
-                return job.work(self._conn)
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or job.interrupted or job.cancelled:
-                    raise
-                waited = time.monotonic() - started
-                if waited >= self._lock_timeout:
-                    raise _LockTimeout(waited, self._lock_timeout) from exc
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    """The database is locked by another connection (SQLITE_BUSY or SQLITE_LOCKED)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is None:
-        return "locked" in str(exc)
-    return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
-def connect(path: str, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> sqlite3.Connection:
-    if path != ":memory:":
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    conn = sqlite3.connect(
-        path,
-        timeout=0,
-        isolation_level=None,
-        cached_statements=512,
-        check_same_thread=False,
-        factory=_Connection,
-    )
-    try:
-        _enable_wal(conn, lock_timeout)
-        conn.execute("PRAGMA synchronous = NORMAL")
-        # Content-addressed keys land on random index pages, so each batch
-        # dirties many pages; checkpointing (and syncing) every 10k WAL pages
-        # rather than SQLite's 1k writes each hot page back once, not ten times.
-        conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_CHECKPOINT_PAGES}")
-        if path not in ("", ":memory:"):  # WAL mode has created the file
-            conn.path, conn.opened = path, _identity(path)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _enable_wal(conn: sqlite3.Connection, lock_timeout: float) -> None:
-    # Switching a file to WAL needs an exclusive lock. When waiting for it
-    # could deadlock, SQLite answers "database is locked" at once, without its
-    # busy handler; seen with two processes opening one new file together
-    # (benchmarks/scaling.py). Retry within the lock timeout.
-    started = time.monotonic()
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc):
-                raise
-            waited = time.monotonic() - started
-            if waited >= lock_timeout:
-                raise _LockTimeout(waited, lock_timeout) from exc
-            time.sleep(0.02)
+        # Another connection's lock is waited for here, on the thread, and
+        # no longer once the job's caller is cancelled.
+        return run_waiting(
+            self._conn, job.work, self._lock_timeout, lambda: job.interrupted or job.cancelled
+        )

@@ -54,7 +54,7 @@ from ._rules import (
     run_leases_of,
     slot_of,
 )
-from ._sqlite_bridge import check_file
+from ._sqlite_connect import check_file
 from ._sqlite_sql import (
     BEGIN_ATTEMPT,
     CANCEL_RUN,

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -34,6 +32,8 @@ class WaitOperations:
         self, requests: Sequence[WaitRequest], *, now: float
     ) -> list[WaitRecord]:
         if not requests:
+            import trio  # here only: a store used without Trio (run_direct) registers no wait
+
             await trio.lowlevel.checkpoint()
             return []
         records: list[WaitRecord] = await self._wait_job(

@@ -4,10 +4,14 @@ One dedicated thread owns the connection and runs jobs in order; Trio tasks
 hand it a job and sleep until the result is handed back through the Trio
 token, so a call costs two thread hops and never a new thread (a short job
 runs inline instead when the thread is idle). The thread lives in
-:mod:`trioplay.stores._sqlite_bridge`, the jobs (each a function of the
-connection, run in one transaction) in :mod:`trioplay.stores._sqlite_jobs`,
-the schema and the statements in :mod:`trioplay.stores._sqlite_sql`; this
-module holds the store, which hands each operation to its job.
+:mod:`trioplay.stores._sqlite_bridge`, the connection (and the bridge of
+:meth:`SqliteStore.run_direct`, which runs jobs on the caller's thread
+without Trio) in :mod:`trioplay.stores._sqlite_connect`, the jobs (each a
+function of the connection, run in one transaction) in
+:mod:`trioplay.stores._sqlite_jobs`, the schema and the statements in
+:mod:`trioplay.stores._sqlite_sql`; this module holds the store, which
+hands each operation to its job. It imports no Trio itself: the thread's
+module is imported when the store opens for a run.
 """
 
 from __future__ import annotations
@@ -20,22 +24,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl
 
-import trio
-
 from trioplay import StoreError
 
 from . import _sqlite_jobs as jobs
 from ._rules import decide_page
 from ._sql_store import SqlStore
-from ._sqlite_bridge import DEFAULT_LOCK_TIMEOUT, Worker
+from ._sqlite_connect import DEFAULT_LOCK_TIMEOUT, Direct
 from ._sqlite_sql import SCHEMA_VERSION
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Coroutine, Sequence
 
     import trioplay as tp
 
     from ._rules import Begin
+    from ._sqlite_bridge import Worker
     from ._terms import End, Page, PageTerms, Query
 
 T = TypeVar("T")
@@ -54,7 +57,7 @@ _INLINE_BYTES = 1 << 20
 _INLINE_KEYS = 4096
 
 
-class SqliteStore(SqlStore[Worker]):
+class SqliteStore(SqlStore["Worker | Direct"]):
     """A :class:`trioplay.Store` in one SQLite file, the embedded default.
 
     Build it with :meth:`from_url` (``sqlite:///relative.db``,
@@ -90,6 +93,7 @@ class SqliteStore(SqlStore[Worker]):
         self._lock_timeout = lock_timeout
         # Whether the next claim_many tries first to claim every key as new (see _claim_many).
         self._fresh_claims = True
+        self._direct = False  # open on the caller's thread, without Trio (see run_direct)
 
     @classmethod
     def from_url(cls, url: str) -> SqliteStore:
@@ -123,8 +127,40 @@ class SqliteStore(SqlStore[Worker]):
         """Seconds a call waits for a lock another connection holds."""
         return self._lock_timeout
 
-    def _start(self) -> Worker:
+    def _start(self) -> Worker | Direct:
+        if self._direct:
+            return Direct(self._path, self._lock_timeout)
+        from ._sqlite_bridge import Worker  # Trio: not for run_direct
+
         return Worker(self._path, self._lock_timeout)
+
+    def run_direct(self, command: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Open the store, await ``command()`` without Trio, close the store; its result.
+
+        For a command line that makes a few store calls and exits (``trioplay
+        runs list``, ``send-event``): importing Trio would take longer than
+        its queries. Every job runs on this thread at once (a lock another
+        connection holds is waited for here, up to ``lock_timeout``), so no
+        store call suspends and ``command`` completes in one step, running
+        the same store methods, jobs and SQL as a run does. ``command`` may
+        await this store's methods and coroutines that await only them;
+        anything that suspends (Trio's sleeps and checkpoints, say) raises
+        :class:`RuntimeError`.
+        """
+        if self._bridge is not None:
+            raise StoreError(f"{self.url}: run_direct: the store is already open")
+        self._direct = True
+        try:
+            return _to_the_end(self._opened(command))
+        finally:
+            self._direct = False
+
+    async def _opened(self, command: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        await self.open()
+        try:
+            return await command()
+        finally:
+            await self.aclose()
 
     async def _migrate(self) -> None:
         try:
@@ -152,15 +188,14 @@ class SqliteStore(SqlStore[Worker]):
         """
         if inline is None:
             inline = not interruptible
-        await trio.lowlevel.checkpoint_if_cancelled()
-        worker = self._bridge_for(operation)
-        started = trio.current_time()
+        bridge = self._bridge_for(operation)
+        started = bridge.clock()
         try:
-            return await worker.run(work, interruptible=interruptible, urgent=urgent, inline=inline)
+            return await bridge.run(work, interruptible=interruptible, urgent=urgent, inline=inline)
         except (sqlite3.Error, OSError, UnicodeEncodeError) as exc:
             # OSError: creating the parent directories; UnicodeEncodeError: text
             # that is not valid UTF-8 (a lone surrogate) cannot be stored.
-            elapsed = trio.current_time() - started
+            elapsed = bridge.clock() - started
             code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
             hint = _HINTS.get(code, "")  # a write the disk refused: nothing of it committed
             raise StoreError(
@@ -305,6 +340,17 @@ class SqliteStore(SqlStore[Worker]):
 
     async def release_page(self, lease: tp.PageLease, *, now: float) -> bool:
         return await self._call("release_page", partial(jobs.release_page, lease, now))
+
+
+def _to_the_end(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends to its end, with no event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coroutine.close()
+    raise RuntimeError("a store command run without Trio (run_direct) awaited something else")
 
 
 def path_problem(path: str | os.PathLike[str]) -> str | None:

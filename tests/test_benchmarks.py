@@ -22,7 +22,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from benchmarks import latency, peers, plot, scenarios
+from benchmarks import latency, latency_waits, peers, plot, scenarios
 from benchmarks.throughput import CONTENDERS
 
 from .test_postgres import DSN, require_postgres
@@ -114,6 +114,18 @@ def test_latency_races_raw_trio_and_says_where_the_time_goes() -> None:
         assert all(f"{phase} " in line for phase, _ in latency.PHASES), line
     assert "claim_many" in out
     assert "complete_many" in out
+
+
+def test_latency_waits_in_virtual_time_reach_the_bound_only_without_store_latency() -> None:
+    out = _bench("latency-waits", "--quick", "--no-save", timeout=120).stdout
+    ratios = {
+        name: float(re.search(rf"\n  {re.escape(name)} .* ([0-9.]+) of the bound", out)[1])  # type: ignore[index]
+        for name in latency_waits.CASES
+    }
+    # CPU takes no virtual time: with instant store calls the map is raw Trio's
+    # bound exactly, and each slower store costs more.
+    assert ratios["none"] == 1.0, out
+    assert ratios["none"] > ratios["sqlite-like"] > ratios["3ms"] > ratios["postgres-like"], out
 
 
 @pytest.mark.postgres

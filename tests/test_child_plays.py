@@ -479,7 +479,8 @@ async def test_a_child_start_and_end_are_told_with_its_depth() -> None:
 
 
 async def test_runs_show_draws_the_tree_of_a_run(tmp_path: Path) -> None:
-    from trioplay._cli._commands import _format_details, _run_details
+    from trioplay._cli._runs import _format_details, _run_details
+    from trioplay._cli._stores import opened
     from trioplay.stores.sqlite import SqliteStore
 
     path = tmp_path / "tree.db"
@@ -492,7 +493,9 @@ async def test_runs_show_draws_the_tree_of_a_run(tmp_path: Path) -> None:
         child_id("leads", "accounts", f"a{i}", "score", {"account": f"a{i}"}) for i in range(2)
     }
     shown = min(children)
-    details = await _run_details(SqliteStore(path), shown)
+    async with opened(SqliteStore(path)) as store:
+        details = await _run_details(store, shown)
+        alone = await _run_details(store, "alone")
     assert (details["parent_run_id"], details["depth"]) == ("leads", 1)
     tree = [(run["run_id"], run["depth"]) for run in details["tree"]]
     assert tree[0] == ("leads", 0)
@@ -504,7 +507,6 @@ async def test_runs_show_draws_the_tree_of_a_run(tmp_path: Path) -> None:
         f"    {child} (score, completed)" + ("  <- this run" if child == shown else "")
         for child in children
     )
-    alone = await _run_details(SqliteStore(path), "alone")
     assert alone["tree"] == []
     assert "tree:" not in _format_details(alone)
 

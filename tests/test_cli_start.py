@@ -1,16 +1,19 @@
 """Issue 27, goal 4: the command line starts at once.
 
 A command imports only what it needs: ``--help`` none of Trio, the stores
-or the engine's rooms, ``runs list`` Trio and its store but not the runtime,
-the map, fetch (httpx), the pictures or the scenario lab. Each test runs the
-real command in a fresh interpreter and reads the modules it loaded
-(``sys.modules``), not how long it took: docs/cli.md, "What a command loads",
-says the same.
+or the engine's rooms; ``runs list``, ``runs show``, ``send-event`` and
+``cancel`` on SQLite their store but not Trio (the store runs its jobs on
+the command's thread, ``SqliteStore.run_direct``), the runtime, the map,
+fetch (httpx), the pictures or the scenario lab. Each test runs the real
+command in a fresh interpreter and reads the modules it loaded
+(``sys.modules``), not how long it took: docs/cli.md, "What a command
+loads", says the same.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import subprocess
 import sys
@@ -49,6 +52,19 @@ ROOMS = (
     "httpcore",
     "rich",
     "psycopg",
+)
+# What a light command on SQLite needs none of: Trio (a third of its start), the
+# waits room, the heavy commands' module, the entry point table, and with no
+# configuration file and no flag but --store (as here) the converter (cattrs).
+NOT_FOR_LIGHT = (
+    *ROOMS,
+    "trio",
+    "outcome",
+    "cattrs",
+    "trioplay._waits",
+    "trioplay._cli._commands",
+    "trioplay._cli._export",
+    "importlib.metadata",
 )
 # What the parser needs none of: --help and usage errors load nothing of a command.
 NOT_FOR_HELP = (
@@ -140,12 +156,58 @@ async def test_runs_list_and_show_load_the_store_not_the_engine(tmp_path: Path) 
         code, modules = _loaded(tmp_path, *argv, "--store", store)
         assert code == 0, argv
         assert "trioplay.stores.sqlite" in modules  # it did read the store
-        assert _among(modules, ROOMS) == [], argv
+        assert _among(modules, NOT_FOR_LIGHT) == [], argv
     # The run has completed: the store refuses the event (exit 2) once it has read the run.
     code, modules = _loaded(
         tmp_path, "send-event", "r1", "paid", '"r2"', "--data", "{}", "--store", store
     )
     assert code == 2
     assert "trioplay.stores.sqlite" in modules
-    # The waits room checks the event, and names its events from the recorder's records.
-    assert _among(modules, tuple(set(ROOMS) - {"trioplay._trace"})) == []
+    assert _among(modules, NOT_FOR_LIGHT) == []
+
+
+async def _a_waiting_run(store: str) -> None:
+    async def waits(ctx: trioplay.PlayContext, input: object) -> object:
+        first = await ctx.wait_for_event("paid", key="r2", timeout=600)
+        return [first, await ctx.wait_for_event("paid", key="r3", timeout=600)]
+
+    with trio.fail_after(30):
+        async with trioplay.open_runtime(store=store) as rt:
+            with contextlib.suppress(trioplay.RunWaiting):
+                await rt.run(waits, {}, run_id="w")
+
+
+async def test_send_event_and_cancel_write_to_sqlite_without_trio(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = f"sqlite:///{db}"
+    await _a_waiting_run(store)
+    sent = ["send-event", "w", "paid", '"r2"', "--data", '{"n": 1}', "--id", "e1"]
+    code, modules = _loaded(tmp_path, *sent, "--store", store)
+    assert code == 0
+    assert _among(modules, NOT_FOR_LIGHT) == []
+    code, modules = _loaded(tmp_path, "cancel", "w", "--store", store)
+    assert code == 0
+    assert _among(modules, NOT_FOR_LIGHT) == []
+    # What they wrote is there for a store opened in Trio to read.
+    from trioplay.stores.sqlite import SqliteStore
+
+    with trio.fail_after(30):
+        opened = SqliteStore(db)
+        await opened.open()
+        try:
+            waits = await opened.list_waits("w")
+            run = await opened.get_run("w")
+        finally:
+            await opened.aclose()
+    assert [(wait.status, wait.payload_json) for wait in waits] == [("delivered", '{"n":1}')]
+    assert run is not None
+    assert run.status == "cancelled"
+
+
+def test_a_postgresql_store_still_runs_its_light_commands_in_trio(tmp_path: Path) -> None:
+    # Nothing to reach: the command fails to connect, but it tried in Trio.
+    url = "postgresql://nobody@127.0.0.1:9/none?connect_timeout=1"
+    code, modules = _loaded(tmp_path, "runs", "list", "--store", url)
+    assert code != 0
+    assert "trio" in modules
+    assert "trioplay.stores.sqlite" not in modules

@@ -182,26 +182,22 @@ def test_runs_list_and_show_tell_the_waits_and_the_unclaimed_events() -> None:
     import trio
 
     import trioplay
-    from trioplay._cli._commands import _format_details, _run_details, _runs_listed
+    from trioplay._cli._runs import _format_details, _run_details, _runs_listed
     from trioplay.stores.memory import MemoryStore
-
-    class Kept(MemoryStore):
-        async def aclose(self) -> None:  # the commands close the store they read
-            pass
 
     async def waits(ctx: trioplay.PlayContext, _input: object) -> object:
         first = await ctx.wait_for_event("approval", key={"doc": 1}, timeout=600)
         return [first, await ctx.wait_for_event("approval", key={"doc": 2}, timeout=600)]
 
     async def main() -> tuple[list[dict[str, object]], dict[str, object]]:
-        store = Kept()
+        store = MemoryStore()
         async with trioplay.open_runtime(store=store, wall_clock=lambda: 1e9) as rt:
             try:
                 await rt.run(waits, run_id="w")
             except trioplay.RunWaiting:
                 pass
             await rt.send_event("w", "approval", {"doc": 9}, data="early", event_id="e9")
-        listed = await _runs_listed(store, 10, lease_ttl=60.0, now=1e9)
+        listed = await _runs_listed(store, limit=10, lease_ttl=60.0, now=1e9)
         return listed, await _run_details(store, "w")
 
     listed, details = trio.run(main)

@@ -229,7 +229,7 @@ async def test_a_late_attempt_never_overwrites_a_later_attempts_status() -> None
 
 async def test_runs_list_marks_a_running_run_whose_leases_all_expired_as_probably_dead() -> None:
     # On main a run left `running` by a dead process looked live in runs list.
-    from trioplay._cli._commands import _runs_listed
+    from trioplay._cli._runs import _runs_listed
 
     store = MemoryStore()
     for run_id in ("dead", "alive", "done", "quiet"):
@@ -243,7 +243,7 @@ async def test_runs_list_marks_a_running_run_whose_leases_all_expired_as_probabl
             now=renewed,
         )
         assert isinstance(claimed, trioplay.Claimed)
-    listed = await _runs_listed(store, 10, lease_ttl=60.0, now=1100.0)
+    listed = await _runs_listed(store, limit=10, lease_ttl=60.0, now=1100.0)
     marks = {run["run_id"]: (run["probably_dead"], run["last_heartbeat"]) for run in listed}
     assert marks == {
         # Its lease expired at 1070, and nothing renewed it since 1010.
@@ -254,7 +254,7 @@ async def test_runs_list_marks_a_running_run_whose_leases_all_expired_as_probabl
         "quiet": (True, "1970-01-01T00:16:40+00:00"),
     }
     # Begun just now, holding no lease yet: not dead.
-    listed = await _runs_listed(store, 10, lease_ttl=60.0, now=1050.0)
+    listed = await _runs_listed(store, limit=10, lease_ttl=60.0, now=1050.0)
     assert {run["run_id"] for run in listed if run["probably_dead"]} == set()
 
 

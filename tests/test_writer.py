@@ -250,3 +250,32 @@ def _progress(data: dict[str, Any]) -> MapProgress:
     state = MapProgress(name=data["map"], started_at=0.0)
     state.update(data, at=1.0)
     return state
+
+
+async def test_a_map_does_not_wait_out_the_flush_deadline_after_its_last_row(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Rows whose tool waits 1 s: once the last row is sent, no row can come,
+    # so the batch is written then, not writer_max_flush (0.5 s here) later.
+    tools = trioplay.ToolRegistry()
+
+    async def wait(input: dict[str, Any], _call: trioplay.ToolCall) -> Any:
+        await trio.sleep(1.0)
+        return input["i"]
+
+    tools.add("wait", wait)
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+            return await rc.tool("wait", {"i": row["i"]})
+
+        rows = [{"i": i} for i in range(8)]
+        result = await ctx.dataset("s", rows).with_column("v", resolver).run(key="i")
+        return result.completed_count
+
+    limits = Limits(writer_max_flush=0.5)
+    async with trioplay.open_runtime(store="memory://", tools=tools, limits=limits) as rt:
+        started = trio.current_time()
+        assert await rt.run(play, {}, run_id="r") == 8
+        assert trio.current_time() - started < 1.1

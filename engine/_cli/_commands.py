@@ -1,5 +1,4 @@
-"""The commands: ``demo``, ``run``, ``runs list``, ``runs show``, ``export``, ``config``,
-``timeline``.
+"""The commands: ``demo``, ``run``, ``export``, ``config``, ``timeline``.
 
 Each handler takes the parsed arguments and the session and returns an exit
 code; everything that touches a store runs inside one ``trio.run``.
@@ -7,12 +6,9 @@ code; everything that touches a store runs inside one ``trio.run``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import time
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,12 +17,9 @@ import attrs
 import trio
 
 from .._errors import PlayAborted, RunWaiting
-from .._json import canonical_json
-from .._plugins import DEFAULT_STORE_URL, open_store
 from .._retry import recorded_failures
 from .._store import FailureStore
 from ._common import (
-    DEMO_STORE_URL,
     EXIT_EXPORT_FAILED,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -39,9 +32,8 @@ from ._common import (
     _say,
     describe_error,
 )
-from ._config import Config, Settings, format_config, load, start_folder
+from ._config import Config, Settings, format_config, start_folder
 from ._export import (
-    STDOUT,
     Exported,
     Format,
     StatusFilter,
@@ -50,17 +42,16 @@ from ._export import (
     open_output,
 )
 from ._failures import FailureKind, bug_line, bug_notes, read_failures
-from ._paths import Guarded, check_outputs, input_files, sqlite_files, store_problem
+from ._paths import STDOUT, Guarded, check_outputs, input_files, sqlite_files
 from ._signals import cancel_on_signals
+from ._stores import config_for, opened, store_for
 from ._summary import summary_data
-from ._tree import format_tree, run_tree
-from ._waiting import event_line, utc, wait_line, waiting_lines, waits_data
+from ._waiting import waiting_lines, waits_data
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import Sequence
 
-    from .._records import RunLeases, RunRecord
     from .._runtime import Play
     from .._store import Store
     from .._tools import ToolRegistry
@@ -76,66 +67,6 @@ if TYPE_CHECKING:
 
 
 # -- configuration and stores ----------------------------------------------------
-
-
-def _config_for(args: argparse.Namespace, start: Path) -> Config:
-    """The configuration found from ``start`` with this command's flags on top."""
-    flags: list[tuple[str, Any, str]] = []
-    if args.store is not None:
-        flags.append(("store", args.store, "--store"))
-    if getattr(args, "allow_networks", None) is not None:
-        flags.append(("allow_networks", args.allow_networks, "--allow-network"))
-    for name, value in getattr(args, "limits", None) or ():
-        flags.append((f"limits.{name}", value, "--limit"))
-    return load(start, config_file=args.config, flags=flags)
-
-
-def _store_for(url: str, *, must_exist: bool = False) -> Store:
-    """The store for ``url``, not yet opened; :class:`UsageError` if the URL is bad.
-
-    With ``must_exist``, a SQLite file that is not there is an error rather
-    than a new empty database (reading commands should not create stores).
-    """
-    if url.startswith("memory://"):
-        if must_exist:
-            raise UsageError(
-                "memory:// holds nothing between commands: every command starts with an "
-                "empty one (use sqlite:///FILE)"
-            )
-        _say(
-            "warning: memory:// keeps nothing: the run's results go when this command ends "
-            "and a rerun starts over (use sqlite:///FILE to keep them)"
-        )
-    try:
-        store: Store = open_store(url)  # the registered stores, as open_runtime finds them
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if url.startswith("sqlite:///"):
-        _check_sqlite_path(url, url.removeprefix("sqlite:///"))
-    if must_exist and url.startswith("sqlite:///"):
-        path = url.removeprefix("sqlite:///")
-        if path != ":memory:" and not Path(path).exists():
-            hint = ""
-            demo_path = DEMO_STORE_URL.removeprefix("sqlite:///")
-            if url == DEFAULT_STORE_URL and Path(demo_path).exists():
-                hint = (
-                    f"; `trioplay demo` keeps its runs in {DEMO_STORE_URL}:"
-                    f" add --store {DEMO_STORE_URL}"
-                )
-            raise UsageError(f"no store at {url} (the file {path} does not exist){hint}")
-    return store
-
-
-def _check_sqlite_path(url: str, path: str) -> None:
-    """Refuse a SQLite path that cannot hold a database before the run starts (exit 2)."""
-    from trioplay.stores.sqlite import path_problem  # a postgresql:// URL need not load SQLite
-
-    try:
-        problem = path_problem(path) or store_problem(path)
-    except OSError as exc:  # a name too long to look up, and the like
-        problem = f"{exc.strerror}; name another path"
-    if problem is not None:
-        raise UsageError(f"store {url}: {problem}")
 
 
 def _kept(config: Config) -> list[Guarded]:
@@ -161,16 +92,6 @@ def _run_outputs(args: argparse.Namespace) -> dict[str, Any]:
 def _recordings(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     """The outputs of ``run`` and ``demo``, in the order they are checked."""
     return [("--events", args.events), ("--trace", args.trace), ("--out", args.out)]
-
-
-@contextlib.asynccontextmanager
-async def _opened(store: Store) -> AsyncIterator[Store]:
-    await store.open()
-    try:
-        yield store
-    finally:
-        with trio.CancelScope(shield=True):
-            await store.aclose()
 
 
 # -- demo and run -------------------------------------------------------------
@@ -212,7 +133,7 @@ class _Finished:
 def _cmd_demo(args: argparse.Namespace, session: _Session) -> int:
     from . import _demo  # the demo imports the adapters; only load it when asked
 
-    store = _store_for(args.store)
+    store = store_for(args.store)
     rows: int = _demo.BUNDLED_ROWS if args.rows is None else args.rows
     with _demo.bundled_csv() as leads:
         kept = [*sqlite_files(args.store), Guarded("the demo's leads", str(leads))]
@@ -236,9 +157,9 @@ def _cmd_run(args: argparse.Namespace, session: _Session) -> int:
 
     path, name = split_play_ref(args.play)
     input = _parse_input(args.input, args.csv)
-    config = _config_for(args, start_folder(path))
+    config = config_for(args, start_folder(path))
     settings = config.settings
-    store = _store_for(settings.store)
+    store = store_for(settings.store)
     kept = [*_kept(config), Guarded("the play file", str(path)), *input_files(input, args.csv)]
     check_outputs(_recordings(args), kept)
     with _importable_from(path.parent):
@@ -270,7 +191,7 @@ def _task_dump(args: argparse.Namespace) -> TaskDump | None:
 
 
 def _cmd_config(args: argparse.Namespace, session: _Session) -> int:
-    print(format_config(_config_for(args, start_folder(args.path))))
+    print(format_config(config_for(args, start_folder(args.path))))
     return EXIT_OK
 
 
@@ -508,253 +429,12 @@ def _output_paths(out: str, datasets: Sequence[str]) -> dict[str, str]:
     return {name: str(path.with_name(f"{path.stem}.{name}{path.suffix}")) for name in datasets}
 
 
-# -- runs list / show -------------------------------------------------------------
-
-
-def _cmd_runs_list(args: argparse.Namespace, session: _Session) -> int:
-    settings = _config_for(args, Path.cwd()).settings
-    store = _store_for(settings.store, must_exist=True)
-    now = time.time()
-    runs = trio.run(
-        partial(_runs_listed, store, args.limit, lease_ttl=settings.limits.lease_ttl, now=now)
-    )
-    if args.json:
-        print(json.dumps(runs, ensure_ascii=False, indent=2))
-    elif not runs:
-        print(f"no runs in {store.url}")
-    else:
-        table = [("RUN ID", "PLAY", "STATUS", "ATTEMPT", "UPDATED", "ROWS")]
-        for run in runs:
-            updated = _timestamp(run["updated_at"])
-            status = run["status"]
-            if run["probably_dead"]:
-                beat = run["last_heartbeat"]
-                status += f", probably dead: last heartbeat {_timestamp(beat)} ({_ago(beat, now)})"
-            if run.get("next_deadline"):  # a waiting run: until when, at the soonest
-                status += f" (until {utc(run['next_deadline_at'])})"
-            row = (run["run_id"], run["play"], status, str(run["attempt"]), updated)
-            table.append((*row, f"{run['rows']:,}"))
-        print(_format_table(table, right=(3, 5)))
-    return EXIT_OK
-
-
-async def _runs_listed(
-    store: Store, limit: int, *, lease_ttl: float, now: float
-) -> list[dict[str, Any]]:
-    """The most recent runs, newest first, as ``runs list --json`` prints them."""
-    listed = []
-    async with _opened(store):
-        records = await store.list_runs(limit=limit)
-        running = [record.run_id for record in records if record.status == "running"]
-        leases = await store.run_leases(running) if running else {}
-        for record in records:
-            rows = 0
-            for dataset in await store.list_datasets(record.run_id):
-                rows += sum((await store.count_rows(record.run_id, dataset)).values())
-            dead, beat = _liveness(record, leases.get(record.run_id), lease_ttl, now)
-            deadline = None
-            if record.status == "waiting":
-                waits = await store.list_waits(record.run_id)
-                open_ = [wait.deadline for wait in waits if wait.status == "waiting"]
-                deadline = min(open_, default=None)
-            listed.append(
-                {
-                    "run_id": record.run_id,
-                    "play": record.play,
-                    "status": record.status,
-                    "attempt": record.attempt,
-                    "created_at": _iso(record.created_at),
-                    "updated_at": _iso(record.updated_at),
-                    "rows": rows,
-                    "probably_dead": dead,
-                    "last_heartbeat": None if beat is None else _iso(beat),
-                    **_deadline(deadline),
-                }
-            )
-    return listed
-
-
-def _liveness(
-    record: RunRecord, leases: RunLeases | None, lease_ttl: float, now: float
-) -> tuple[bool, float | None]:
-    """Is a ``running`` run probably dead, and when was its last heartbeat?
-
-    A process that runs a run renews the leases of its receipts and pages
-    every ``lease_ttl / 2``. A run none of whose leases is live, and whose
-    last sign of life (its last heartbeat: the latest lease renewal, or the
-    attempt's start if later) is older than ``lease_ttl``, has no process
-    renewing anything: it probably died (killed, or its machine lost).
-    """
-    if record.status != "running":
-        return False, None
-    beat = record.updated_at
-    if leases is not None and leases.renewed_at is not None:
-        beat = max(beat, leases.renewed_at)
-    live = leases is not None and leases.expires_at is not None and leases.expires_at > now
-    return not live and beat + lease_ttl <= now, beat
-
-
-def _ago(moment: str, now: float) -> str:
-    """``4m12s ago`` for an ISO time as :func:`_iso` wrote it."""
-    seconds = max(0, int(now - datetime.fromisoformat(moment).timestamp()))
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m ago"
-    return f"{minutes}m{seconds:02d}s ago" if minutes else f"{seconds}s ago"
-
-
-def _deadline(deadline: float | None) -> dict[str, Any]:
-    """A waiting run's next deadline, for ``runs list --json`` (and the table's epoch)."""
-    if deadline is None:
-        return {}
-    return {"next_deadline": _iso(deadline), "next_deadline_at": deadline}
-
-
-def _format_table(table: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> str:
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = []
-    for row in table:
-        cells = [
-            cell.rjust(width) if i in right else cell.ljust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def _timestamp(moment: float | str) -> str:
-    """Local time to the second, for tables; ``moment`` as stored, or as :func:`_iso` wrote it."""
-    when = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
-    if isinstance(when, datetime):
-        return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    return datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _iso(seconds: float) -> str:
-    """ISO 8601 in UTC, for JSON: ``2026-11-29T13:05:30.123456+00:00``."""
-    return datetime.fromtimestamp(seconds, UTC).isoformat()
-
-
-def _cmd_runs_show(args: argparse.Namespace, session: _Session) -> int:
-    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
-    details = trio.run(_run_details, store, args.run_id)
-    if args.json:
-        print(json.dumps(details, ensure_ascii=False, indent=2))
-    else:
-        print(_format_details(details))
-    return EXIT_OK
-
-
-async def _run_details(store: Store, run_id: str) -> dict[str, Any]:
-    """One run, as ``runs show --json`` prints it."""
-    async with _opened(store):
-        record = await store.get_run(run_id)
-        if record is None:
-            raise UsageError(f"no run {run_id!r} in {store.url} (`trioplay runs list` lists them)")
-        datasets = {
-            name: await store.count_rows(run_id, name) for name in await store.list_datasets(run_id)
-        }
-        receipts = await store.count_receipts(run_id)
-        tree = await run_tree(store, record)
-        waits = await store.list_waits(run_id)
-        unclaimed = await store.list_events(run_id, unclaimed_only=True)
-    try:
-        stats = json.loads(record.stats_json) if record.stats_json else {}
-    except ValueError:
-        stats = {}
-    return {
-        "run_id": record.run_id,
-        "play": record.play,
-        "status": record.status,
-        "attempts": record.attempt,
-        "created_at": _iso(record.created_at),
-        "updated_at": _iso(record.updated_at),
-        "input": json.loads(record.input_json),
-        "error": record.error or None,
-        "stats": stats if isinstance(stats, dict) else {},
-        "datasets": {
-            name: {"completed": counts.get("completed", 0), "failed": counts.get("failed", 0)}
-            for name, counts in datasets.items()
-        },
-        "receipts": dict(sorted(receipts.items())),
-        "parent_run_id": record.parent_run_id,
-        "depth": record.depth,
-        "tree": tree,
-        "waits": [_wait_data(wait) for wait in waits],
-        "unclaimed_events": [_event_data(event) for event in unclaimed],
-    }
-
-
-def _wait_data(wait: Any) -> dict[str, Any]:
-    return {
-        "name": wait.name,
-        "key": json.loads(wait.key_json),
-        "status": wait.status,
-        "dataset": wait.dataset,
-        "row": wait.row_key,
-        "deadline": _iso(wait.deadline),
-        "settled_at": _iso(wait.settled_at) if wait.settled_at is not None else None,
-        "reason": wait.reason,
-        "wait_key": wait.wait_key,
-    }
-
-
-def _event_data(event: Any) -> dict[str, Any]:
-    return {
-        "name": event.name,
-        "key": json.loads(event.key_json),
-        "event_id": event.event_id,
-        "sent_at": _iso(event.sent_at),
-        "reject": event.reject,
-    }
-
-
-def _format_details(details: dict[str, Any]) -> str:
-    lines = [
-        f"run:      {details['run_id']}",
-        f"play:     {details['play']}",
-        f"status:   {details['status']}",
-        f"attempts: {details['attempts']}",
-        f"created:  {_timestamp(details['created_at'])}",
-        f"updated:  {_timestamp(details['updated_at'])}",
-        f"input:    {canonical_json(details['input'])}",
-    ]
-    if details["error"]:
-        lines.append(f"error:    {details['error']}")
-    if details["stats"]:
-        stats = details["stats"].items()
-        shown = ", ".join(f"{key.replace('_', ' ')} {value:,}" for key, value in stats)
-        lines.append(f"stats (last attempt): {shown}")
-    datasets = details["datasets"]
-    lines.append("datasets:" if datasets else "datasets: none")
-    for name, counts in datasets.items():
-        lines.append(f"  {name}: {counts['completed']:,} completed, {counts['failed']:,} failed")
-    waits = details["waits"]
-    if waits:
-        open_ = sum(1 for wait in waits if wait["status"] == "waiting")
-        lines.append(f"waits: {len(waits):,} ({open_:,} open)")
-        lines.extend(wait_line(wait) for wait in waits)
-    unclaimed = details["unclaimed_events"]
-    if unclaimed:
-        lines.append(f"unclaimed events: {len(unclaimed):,}")
-        lines.extend(event_line(event) for event in unclaimed)
-    receipts = details["receipts"]
-    if receipts:
-        shown = ", ".join(f"{count:,} {status}" for status, count in receipts.items())
-        lines.append(f"receipts: {shown}")
-    else:
-        lines.append("receipts: none")
-    lines.extend(format_tree(details["tree"], details["run_id"]))
-    return "\n".join(lines)
-
-
 # -- export ---------------------------------------------------------------------
 
 
 def _cmd_export(args: argparse.Namespace, session: _Session) -> int:
-    config = _config_for(args, Path.cwd())
-    store = _store_for(config.settings.store, must_exist=True)
+    config = config_for(args, Path.cwd())
+    store = store_for(config.settings.store, must_exist=True)
     path: str = args.out
     check_outputs([("--out", path)], _kept(config))
     fmt: Format = args.format or format_for(path)
@@ -772,7 +452,7 @@ def _cmd_export(args: argparse.Namespace, session: _Session) -> int:
 async def _export_command(
     store: Store, run_id: str, dataset: str, path: str, fmt: Format, status: StatusFilter
 ) -> Exported:
-    async with _opened(store):
+    async with opened(store):
         if await store.get_run(run_id) is None:
             raise UsageError(f"no run {run_id!r} in {store.url} (`trioplay runs list` lists them)")
         datasets = await store.list_datasets(run_id)

@@ -16,7 +16,7 @@ replace the file's values. Its keys::
     [fetch_timeouts]    # any field of trioplay.FetchTimeouts
     total = 60
 
-One cattrs converter (:data:`converter`) turns the merged data into
+One cattrs converter (:func:`converter`) turns the merged data into
 :class:`Settings`. It is strict: a number where a string belongs, a string
 where a number belongs, ``true`` for a count and any unknown key are errors
 that name where the value came from, the key and what it accepts.
@@ -25,15 +25,13 @@ that name where the value came from, the key and what it accepts.
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
-from cattrs.gen import make_dict_structure_fn, override
 
 from .._limits import FetchTimeouts, Limits
 from .._plugins import DEFAULT_STORE_URL
@@ -42,6 +40,8 @@ from ._common import CONFIG_FILE, UsageError
 if TYPE_CHECKING:
     import os
     from collections.abc import Iterator, Mapping, Sequence
+
+    import cattrs
 
 PYPROJECT = "pyproject.toml"
 DEFAULT = "default"
@@ -109,20 +109,31 @@ def _networks(value: Any, _type: type[Any]) -> tuple[str, ...]:
     return tuple(value)
 
 
-converter = cattrs.Converter(forbid_extra_keys=True)
-"""The one converter: configuration data -> :class:`Settings`, strictly."""
-converter.register_structure_hook(int, _whole_number)
-converter.register_structure_hook(float, _number)
-converter.register_structure_hook(str, _string)
-converter.register_structure_hook(
-    Settings,
-    make_dict_structure_fn(
+@functools.cache
+def converter() -> cattrs.Converter:
+    """The one converter: configuration data -> :class:`Settings`, strictly.
+
+    Built when first needed: a command with nothing to check (no file, no
+    flag but ``--store``, see :func:`load`) imports no cattrs, a sixth of
+    what ``trioplay runs list`` costs (docs/cli.md, "What a command loads").
+    """
+    import cattrs
+    from cattrs.gen import make_dict_structure_fn, override
+
+    made = cattrs.Converter(forbid_extra_keys=True)
+    made.register_structure_hook(int, _whole_number)
+    made.register_structure_hook(float, _number)
+    made.register_structure_hook(str, _string)
+    made.register_structure_hook(
         Settings,
-        converter,
-        _cattrs_forbid_extra_keys=True,
-        allow_networks=override(struct_hook=_networks),
-    ),
-)
+        make_dict_structure_fn(
+            Settings,
+            made,
+            _cattrs_forbid_extra_keys=True,
+            allow_networks=override(struct_hook=_networks),
+        ),
+    )
+    return made
 
 
 # -- where the values come from ---------------------------------------------
@@ -241,14 +252,25 @@ def load(
         else:
             merged[key] = value
         origins[key] = flag
+    if merged.keys() <= {"store"} and isinstance(merged.get("store", ""), str):
+        # Nothing the converter would check but that a string is a string.
+        settings = Settings(**merged)
+    else:
+        settings = _structured(merged, origins)
+    full = {key: origins.get(key, DEFAULT) for key, _ in keys()}
+    return Config(settings, file, full, start)
+
+
+def _structured(merged: dict[str, Any], origins: Mapping[str, str]) -> Settings:
+    from cattrs.errors import ClassValidationError
+
     try:
-        settings = converter.structure(merged, Settings)
+        settings: Settings = converter().structure(merged, Settings)
     except (ClassValidationError, ValueError) as exc:
         problems = list(_problems(exc, ""))
         lines = [_with_origin(origins, path, text) for path, text in problems]
         raise UsageError("; ".join(lines)) from None
-    full = {key: origins.get(key, DEFAULT) for key, _ in keys()}
-    return Config(settings, file, full, start)
+    return settings
 
 
 def _with_origin(origins: Mapping[str, str], path: str, text: str) -> str:
@@ -261,6 +283,8 @@ def _with_origin(origins: Mapping[str, str], path: str, text: str) -> str:
 
 def _problems(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
     """Every leaf problem under a cattrs error, as ``(dotted key, message)``."""
+    from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
     if isinstance(exc, ClassValidationError):
         with_notes, without = exc.group_exceptions()
         for inner, note in with_notes:

@@ -27,6 +27,7 @@ import attrs
 import trio
 
 from ._common import UsageError
+from ._paths import STDOUT, partial_path
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
 
 Format = Literal["csv", "jsonl"]
 StatusFilter = Literal["completed", "failed", "all"]
-
-STDOUT = "-"
-"""``--out -``: standard output."""
 
 _EXPORT_PAGE = 1000
 _EXTRA_COLUMNS = ("_status", "_error")
@@ -195,12 +193,6 @@ async def open_output(path: str, *, keep_on_error: bool = False) -> AsyncIterato
             else:
                 await partial.unlink(missing_ok=True)
         raise
-
-
-def partial_path(target: str | os.PathLike[str]) -> Path:
-    """Where an output to the regular file ``target`` is written until it is complete."""
-    path = Path(target)
-    return path.with_name(f".{path.name}.partial")
 
 
 async def _sheet_pages(

@@ -25,14 +25,15 @@ from ._scenario import add_scenario_commands
 from ._waits import add_wait_commands
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+    from types import ModuleType
 
     from . import _Session
     from ._options import Command
 
 
-def _later(name: str) -> Command:
-    """The handler ``_commands.<name>``, imported when its command runs.
+def _later(name: str, handlers: Callable[[], ModuleType] | None = None) -> Command:
+    """The handler ``name`` of ``handlers()`` (``_commands``), imported when its command runs.
 
     The parser imports no handler module: ``--help``, ``--version`` and a
     usage error then load none of what the commands need (Trio, the
@@ -40,21 +41,31 @@ def _later(name: str) -> Command:
     """
 
     def command(args: argparse.Namespace, session: _Session) -> int:
-        from . import _commands
-
-        handler: Command = getattr(_commands, name)
+        handler: Command = getattr((handlers or _commands)(), name)
         return handler(args, session)
 
     command.__name__ = command.__qualname__ = name
     return command
 
 
+def _commands() -> ModuleType:
+    from . import _commands
+
+    return _commands
+
+
+def _runs() -> ModuleType:
+    from . import _runs  # runs list and show: no Trio, no engine room
+
+    return _runs
+
+
 _cmd_config = _later("_cmd_config")
 _cmd_demo = _later("_cmd_demo")
 _cmd_export = _later("_cmd_export")
 _cmd_run = _later("_cmd_run")
-_cmd_runs_list = _later("_cmd_runs_list")
-_cmd_runs_show = _later("_cmd_runs_show")
+_cmd_runs_list = _later("_cmd_runs_list", _runs)
+_cmd_runs_show = _later("_cmd_runs_show", _runs)
 _cmd_timeline = _later("_cmd_timeline")
 
 _TOOLS_HELP = """\

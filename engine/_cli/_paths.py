@@ -30,13 +30,22 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._common import UsageError
-from ._export import STDOUT, partial_path
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
 SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 """The files SQLite keeps for a database: itself, its WAL, its shared memory, its journal."""
+
+
+STDOUT = "-"
+"""``--out -``: standard output."""
+
+
+def partial_path(target: str | os.PathLike[str]) -> Path:
+    """Where an output to the regular file ``target`` is written until it is complete."""
+    path = Path(target)
+    return path.with_name(f".{path.name}.partial")
 
 
 @attrs.frozen

@@ -52,10 +52,10 @@ def add_retry_command(commands: Commands) -> None:
 def _cmd_retry(args: argparse.Namespace, session: _Session) -> int:
     import trio  # here, not above: the parser imports this module (docs/cli.md)
 
-    from ._commands import _config_for, _store_for
     from ._failures import group
+    from ._stores import config_for, store_for
 
-    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
+    store = store_for(config_for(args, Path.cwd()).settings.store, must_exist=True)
     forgotten = trio.run(_retry, store, args)
     kinds = ", ".join(kind.shown() for kind in group(forgotten))
     calls = "call" if len(forgotten) == 1 else "calls"
@@ -69,10 +69,10 @@ def _cmd_retry(args: argparse.Namespace, session: _Session) -> int:
 async def _retry(store: Store, args: argparse.Namespace) -> list[RecordedFailure]:
     from .._retry import recorded_failures, retry_failures
     from .._store import FailureStore
-    from ._commands import _opened
     from ._failures import group
+    from ._stores import opened
 
-    async with _opened(store):
+    async with opened(store):
         if await store.get_run(args.run_id) is None:
             raise UsageError(
                 f"no run {args.run_id!r} in {store.url} (`trioplay runs list` lists them)"

@@ -26,9 +26,10 @@ from ._options import (
     check_run_id,
 )
 
-# Trio, the waits room and the command helpers are imported by the handlers
-# that use them, not above: the parser imports this module, and `--help`
-# need not load them (docs/cli.md, "What a command loads").
+# The command helpers are imported by the handlers that use them, not above:
+# the parser imports this module, and `--help` need not load them. send-event
+# and cancel on SQLite import no Trio at all (._stores.on_store; docs/cli.md,
+# "What a command loads").
 
 if TYPE_CHECKING:
     import argparse
@@ -130,7 +131,7 @@ def _json_argument(text: str, what: str) -> Any:
 
 
 def _payload(args: argparse.Namespace) -> Any:
-    from .._waits import MISSING
+    from .._wait_terms import MISSING
 
     if args.data is not None:
         return _json_argument(args.data, "--data")
@@ -144,10 +145,8 @@ def _payload(args: argparse.Namespace) -> Any:
 
 
 def _cmd_send_event(args: argparse.Namespace, session: _Session) -> int:
-    import trio
-
-    from .._waits import event_request
-    from ._commands import _config_for, _store_for
+    from .._wait_terms import event_request
+    from ._stores import config_for, on_store, store_for
     from ._waiting import sent_line
 
     if args.token is not None and (args.name is not None or args.key is not None):
@@ -156,7 +155,7 @@ def _cmd_send_event(args: argparse.Namespace, session: _Session) -> int:
         raise UsageError("give NAME and KEY (the key as JSON), or --token TOKEN")
     key = _json_argument(args.key, "KEY") if args.key is not None else None
     data = _payload(args)
-    settings = _config_for(args, Path.cwd()).settings
+    settings = config_for(args, Path.cwd()).settings
     try:  # every check before the store is opened: bad input writes nothing
         request = event_request(
             args.run_id,
@@ -170,9 +169,9 @@ def _cmd_send_event(args: argparse.Namespace, session: _Session) -> int:
         )
     except InvalidWait as exc:
         raise UsageError(_flag_named(exc)) from None
-    store = _store_for(settings.store, must_exist=True)
+    store = store_for(settings.store, must_exist=True)
     try:
-        result = trio.run(_send, store, request)
+        result = on_store(store, _send, request)
     except _REFUSED as exc:
         raise UsageError(str(exc)) from None
     what = f"token {args.token[:6]}…" if args.token else f"event {args.name} {args.key}"
@@ -190,22 +189,15 @@ def _flag_named(error: InvalidWait) -> str:
 
 
 async def _send(store: Store, request: SendRequest) -> SendResult:
-    # The runtime's own path (Runtime.send_request) with no recorder to tell:
-    # without the runtime, send-event loads Trio, the waits room and the
-    # store, but not the map or fetch (docs/cli.md, "What a command loads").
-    from .._waits import send_checked
-    from ._commands import _opened
+    # The runtime's own path (Runtime.send_request) with no recorder to tell.
+    from .._wait_terms import send_checked
 
-    async with _opened(store):
-        return await send_checked(store, request, now=time.time(), facts=None)
+    return await send_checked(store, request, now=time.time(), facts=None)
 
 
 # -- resume ---------------------------------------------------------------------------
 async def _run_record(store: Store, run_id: str) -> RunRecord:
-    from ._commands import _opened
-
-    async with _opened(store):
-        record = await store.get_run(run_id)
+    record = await store.get_run(run_id)
     if record is None:
         raise UsageError(f"no run {run_id!r} in {store.url} (`trioplay runs list` lists them)")
     return record
@@ -213,12 +205,11 @@ async def _run_record(store: Store, run_id: str) -> RunRecord:
 
 def _cmd_resume(args: argparse.Namespace, session: _Session) -> int:
     """``run`` again, with the play recorded with the run (or the one named) and its input."""
-    import trio
+    from ._commands import _cmd_run
+    from ._stores import config_for, on_store, store_for
 
-    from ._commands import _cmd_run, _config_for, _store_for
-
-    probe = _config_for(args, Path.cwd()).settings
-    record = trio.run(_run_record, _store_for(probe.store, must_exist=True), args.run_id)
+    probe = config_for(args, Path.cwd()).settings
+    record = on_store(store_for(probe.store, must_exist=True), _run_record, args.run_id)
     reference = args.play or getattr(record, "play_ref", None)
     if reference is None:
         raise UsageError(
@@ -232,25 +223,21 @@ def _cmd_resume(args: argparse.Namespace, session: _Session) -> int:
 # -- cancel ---------------------------------------------------------------------------
 async def _cancel(store: Store, run_id: str) -> tuple[int, list[str]]:
     """Cancel ``run_id`` and its waiting child plays: the open waits cancelled, and those runs."""
-    from ._commands import _opened
     from ._tree import waiting_below
 
-    async with _opened(store):
-        cancelled = await store.cancel_run(run_id, now=time.time())
-        children = await waiting_below(store, run_id)
-        for child in children:
-            cancelled += await store.cancel_run(child, now=time.time())
-        return cancelled, children
+    cancelled = await store.cancel_run(run_id, now=time.time())
+    children = await waiting_below(store, run_id)
+    for child in children:
+        cancelled += await store.cancel_run(child, now=time.time())
+    return cancelled, children
 
 
 def _cmd_cancel(args: argparse.Namespace, session: _Session) -> int:
-    import trio
+    from ._stores import config_for, on_store, store_for
 
-    from ._commands import _config_for, _store_for
-
-    store = _store_for(_config_for(args, Path.cwd()).settings.store, must_exist=True)
+    store = store_for(config_for(args, Path.cwd()).settings.store, must_exist=True)
     try:
-        cancelled, children = trio.run(_cancel, store, args.run_id)
+        cancelled, children = on_store(store, _cancel, args.run_id)
     except UnknownRun as exc:
         raise UsageError(str(exc)) from None
     waits = "wait" if cancelled == 1 else "waits"

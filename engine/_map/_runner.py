@@ -152,6 +152,13 @@ class _MapRun:
     rows: RowResolver = attrs.field(init=False)
     lost: list[tuple[int, int]] = attrs.field(init=False, factory=list)
     """(offset, length) of the pages lost to a peer."""
+    running: int = attrs.field(init=False, default=0)
+    """Rows started and not yet handed to the writer."""
+    open_pages: int = attrs.field(init=False, default=0)
+    """Pages of this map running here."""
+    read: bool = attrs.field(init=False, default=False)
+    """The source is read and every page of it started: once no row is running,
+    no row reaches the writer until a held or lost page is run here."""
 
     def __attrs_post_init__(self) -> None:
         services = self.services
@@ -188,6 +195,11 @@ class _MapRun:
                 await self.admission.wait_for_slot()  # claim only what can start
                 chunk = list(itertools.islice(rows, self.page_size))
                 if not chunk:
+                    self.read = True
+                    if not self.running:
+                        self.writer.flush_now()
+                    if not self.open_pages:
+                        self.pages.idle()
                     break
                 offset = position
                 position += len(chunk)
@@ -268,6 +280,7 @@ class _MapRun:
                 return _DONE
         assert isinstance(claim, PageLease)
         spawned = trio.Event()
+        self.open_pages += 1
         start_soon(pages, self._run_page, plan, claim, spawned, len(chunk))
         await trio.lowlevel.checkpoint()
         return spawned
@@ -326,6 +339,9 @@ class _MapRun:
             raise
         finally:
             spawned.set()  # the pages after it must never wait for it
+            self.open_pages -= 1
+            if self.read and not self.open_pages:
+                self.pages.idle()  # only peers' pages are left: see them done soon
 
     async def _start_rows(
         self, rows: trio.Nursery, page: Page, send: Callable[[TerminalRow], Awaitable[None]]
@@ -346,6 +362,7 @@ class _MapRun:
             if not reserved:  # no slot free (None), or no bytes (0)
                 reserved = await admission.admit(token, has_slot=reserved == 0)
             page.outstanding += 1
+            self.running += 1
             if traced:
                 report.row_admitted(offset, key)
             start_soon(rows, self._run_row, page, send, position, key, data, token, reserved)
@@ -391,6 +408,11 @@ class _MapRun:
         finally:
             admission.release_slot(token)
             admission.release_bytes(reserved)
+            self.running -= 1
+            if self.read and not self.running:
+                # The last rows: commit them now, not writer_max_flush later
+                # (each process of a shared run would wait so at its end).
+                self.writer.flush_now()
         if isinstance(failure, PlayAborted):
             raise failure  # its row is recorded failed; the run fails whatever on_row_error says
         if failure is not None and self.on_row_error == "fail":

@@ -22,7 +22,9 @@ the flush deadline or the end of input, and takes the whole batch with
 ``receive_nowait``.
 
 A batch is written in one store transaction when the buffer is full or
-``writer_max_flush`` after its first row arrived, whichever comes first; only
+``writer_max_flush`` after its first row arrived, whichever comes first, or
+at once when the map says no more rows are coming (:meth:`TerminalRowWriter.flush_now`:
+its source is read and no row of it is running); only
 then is each row *committed* (``commits.committed``). The write is fenced: each row
 goes with its page's lease, and the store writes it only while that lease
 is the page's own and never replaces a completed row with a failed one;
@@ -161,7 +163,8 @@ class TerminalRowWriter:
         self._buffered_bytes = 0  # sent, not yet taken into a batch
         self._buffered_rows = 0
         self._first_at = 0.0  # when the oldest row not yet taken was sent
-        self._wakeup = trio.Event()  # the buffer filled or a sender closed
+        self._wakeup = trio.Event()  # the buffer filled, a sender closed, or flush_now
+        self._now = False  # flush_now: write what is buffered without waiting
         self._space = trio.Event()  # a batch left the buffer
         self._active: list[TerminalRow] = []
         self._active_started_at: float | None = None
@@ -209,6 +212,17 @@ class TerminalRowWriter:
     def _poke(self) -> None:
         self._wakeup.set()
 
+    def flush_now(self) -> None:
+        """No more rows are coming soon: write those buffered without waiting out the deadline.
+
+        The map calls it when its source is read and none of its rows is
+        running. Waiting longer could only delay its last commits, and
+        every process of a shared run pays that wait at its end.
+        """
+        if self._buffered_rows:
+            self._now = True
+            self._poke()
+
     def diagnostics(self) -> WriterDiagnostics:
         return WriterDiagnostics(
             active_rows=len(self._active),
@@ -239,11 +253,15 @@ class TerminalRowWriter:
                     batch.append(await self._output.receive())
                 except trio.EndOfChannel:
                     return
-                if self._buffered_bytes < self._cap and self._input_open():
-                    # Wait out the flush deadline unless the buffer fills or
-                    # the input ends first.
+                if self._buffered_bytes < self._cap and self._input_open() and not self._now:
+                    # Wait out the flush deadline unless the buffer fills,
+                    # the input ends or nothing more is coming first.
                     with trio.move_on_at(self._first_at + self._max_flush):
-                        while self._buffered_bytes < self._cap and self._input_open():
+                        while (
+                            self._buffered_bytes < self._cap
+                            and self._input_open()
+                            and not self._now
+                        ):
                             self._wakeup = trio.Event()
                             await self._wakeup.wait()
                 self._take(batch)
@@ -263,6 +281,7 @@ class TerminalRowWriter:
                 break
         self._buffered_bytes = 0
         self._buffered_rows = 0
+        self._now = False
         self._space.set()
         self._space = trio.Event()
 
