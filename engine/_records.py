@@ -15,6 +15,14 @@ import attrs
 
 from ._errors import InvalidWait
 
+# The records built for every call (a claim's request and answer, a
+# completion and its sibling failure) are plain ``attrs.define`` classes, not
+# frozen ones: a frozen slotted class sets each field through
+# ``object.__setattr__``, some 850 machine instructions a field, and a row of
+# two calls builds six of them (``docs/benchmarks.md``, issue 27, third
+# pass: 3% of the instructions of a row). Nothing changes them once built;
+# equality is still by value (they are unhashable, and nothing hashes them).
+
 ReceiptStatus = Literal["pending", "running", "completed", "failed", "skipped"]
 Operation = Literal["tool", "fetch", "step", "play"]
 RowStatus = Literal["completed", "failed"]
@@ -53,7 +61,7 @@ class Receipt:
     completed_at: float | None = None
 
 
-@attrs.frozen
+@attrs.define  # not frozen: built per call (see the note at the top)
 class ClaimRequest:
     """Ask the store for ownership of one receipt key.
 
@@ -85,7 +93,7 @@ class ClaimRequest:
     takeover_lease: str | None = None
 
 
-@attrs.frozen
+@attrs.define  # not frozen: built per call (see the note at the top)
 class Claimed:
     key: str
     lease_id: str
@@ -112,7 +120,7 @@ class Lease:
     lease_id: str
 
 
-@attrs.frozen
+@attrs.define  # not frozen: built per call (see the note at the top)
 class Completion:
     """Mark ``key`` completed with ``result_json``; fenced by ``lease_id``."""
 
@@ -121,7 +129,7 @@ class Completion:
     result_json: str
 
 
-@attrs.frozen
+@attrs.define  # not frozen: built per call (see the note at the top)
 class Failure:
     """Mark ``key`` failed with ``error_json``; fenced by ``lease_id``."""
 
