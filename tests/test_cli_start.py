@@ -53,12 +53,9 @@ ROOMS = (
     "rich",
     "psycopg",
 )
-# What a command with no configuration file and no folder to make needs none of: TOML,
-# temporary files (shutil, random).
-NOT_FOR_A_READ = ("tomllib", "tempfile")
-# Hashing (OpenSSL's load): runs list and show hash nothing. (send-event loads it
-# through secrets, for an event id.)
-HASHING = ("hashlib", "_hashlib")
+# What a command with no configuration file and no folder to make needs none of:
+# hashing (OpenSSL's load, also through secrets), TOML, temporary files (shutil, random).
+NOT_FOR_A_READ = ("hashlib", "_hashlib", "secrets", "tomllib", "tempfile")
 # What a light command on SQLite needs none of: Trio (a third of its start), the
 # waits room, the heavy commands' module, the entry point table, and with no
 # configuration file and no flag but --store (as here) the converter (cattrs).
@@ -87,7 +84,6 @@ NOT_FOR_HELP = (
     "sqlite3",
     "importlib.metadata",
     *NOT_FOR_A_READ,
-    *HASHING,
 )
 
 
@@ -166,7 +162,7 @@ async def test_runs_list_and_show_load_the_store_not_the_engine(tmp_path: Path) 
         code, modules = _loaded(tmp_path, *argv, "--store", store)
         assert code == 0, argv
         assert "trioplay.stores.sqlite" in modules  # it did read the store
-        assert _among(modules, (*NOT_FOR_LIGHT, *HASHING)) == [], argv
+        assert _among(modules, NOT_FOR_LIGHT) == [], argv
     # The run has completed: the store refuses the event (exit 2) once it has read the run.
     code, modules = _loaded(
         tmp_path, "send-event", "r1", "paid", '"r2"', "--data", "{}", "--store", store
