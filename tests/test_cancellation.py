@@ -292,3 +292,36 @@ async def test_an_interrupted_run_resumes_as_its_next_attempt_and_a_cancelled_on
             ended = await store.get_run("c")
             assert ended is not None
             assert (ended.status, ended.attempt) == ("cancelled", 1)
+
+
+async def test_a_cancelled_call_gives_its_lease_back_once() -> None:
+    # The executor releases a cancelled call's lease; its owner's task must
+    # not release the same lease again on its way out (one store call, not two).
+    released: list[str] = []
+
+    class Counting(MemoryStore):
+        async def release_many(self, leases: Any, *, now: float) -> Any:
+            released.extend(lease.key for lease in leases)
+            return await super().release_many(leases, now=now)
+
+    started = trio.Event()
+
+    async def hangs(input: dict[str, Any], call: trioplay.ToolCall) -> Any:
+        started.set()
+        await trio.sleep_forever()
+
+    async def resolver(row: trioplay.Row, rc: trioplay.RowContext) -> Any:
+        return await rc.tool("t", {"id": row["id"]})
+
+    @trioplay.play("p")
+    async def play(ctx: trioplay.PlayContext, _input: Any) -> Any:
+        return await ctx.dataset("s", [{"id": "a"}]).with_column("x", resolver).run(key="id")
+
+    with trio.fail_after(30):
+        async with trioplay.open_runtime(store=Counting(), tools=registry(t=hangs)) as rt:
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(rt.run, play, {})
+                    await started.wait()
+                    scope.cancel()
+    assert len(released) == 1, released

@@ -36,7 +36,7 @@ from .._records import Completion, Failure, Lease
 from .._tools import ToolCall
 from .._trace._records import CallFinished, CallSettled, CallStarted
 from ._call import DELIVERED, LOST, SETTLING, owner_gone, park, provider_of, wake
-from ._leases import unsettled
+from ._leases import take_unsettled
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -168,7 +168,7 @@ class Executor:
 
     async def _cancelled(self, owned: list[tuple[_Call, Claimed]], started: bool) -> None:
         """Release the leases of cancelled calls; a ``started`` one settles ``cancelled`` here."""
-        leases = unsettled(owned)
+        leases = take_unsettled(owned)
         if started and self._trace is not None:
             for lease in leases:
                 self._trace.add(CallSettled, lease.key, "cancelled")

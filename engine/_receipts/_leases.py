@@ -119,6 +119,15 @@ class Leases:
                 pass  # left to expire
 
 
-def unsettled(owned: list[tuple[_Call, Claimed]]) -> list[Lease]:
-    """The leases of calls not yet handed to the settler."""
-    return [Lease(call.key, claim.lease_id) for call, claim in owned if call.state is not SETTLING]
+def take_unsettled(owned: list[tuple[_Call, Claimed]]) -> list[Lease]:
+    """The leases of calls not yet handed to the settler, taken from the calls.
+
+    Whoever takes them gives them back; a call's owner, leaving with no
+    claim on its call, then releases nothing more (``Executor.run_owned``).
+    """
+    leases = []
+    for call, claim in owned:
+        if call.state is not SETTLING:
+            call.claim = None
+            leases.append(Lease(call.key, claim.lease_id))
+    return leases
