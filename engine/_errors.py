@@ -7,7 +7,6 @@ round-trip through :func:`error_to_record` / :func:`error_from_record`.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -105,6 +104,8 @@ class RunIdConflict(TrioplayError, ValueError):
 
 def input_digest(input_json: str) -> str:
     """The first 12 hex digits of the SHA-256 of a play input's canonical JSON."""
+    import hashlib  # here: OpenSSL's load is a tenth of `trioplay runs list` (docs/cli.md)
+
     return hashlib.sha256(input_json.encode("utf-8")).hexdigest()[:12]
 
 

@@ -7,7 +7,6 @@ sorted keys, no whitespace, UTF-8, no NaN or infinity.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -154,4 +153,6 @@ def loads(text: str) -> Any:
 
 def digest(*parts: Any) -> str:
     """Hex SHA-256 of the canonical JSON of ``parts``."""
+    import hashlib  # here: the commands that only read hash nothing (docs/cli.md)
+
     return hashlib.sha256(canonical_json(list(parts)).encode("utf-8")).hexdigest()

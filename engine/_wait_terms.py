@@ -11,7 +11,7 @@ waits room (docs/cli.md, "What a command loads").
 from __future__ import annotations
 
 import math
-import secrets
+import os
 from typing import TYPE_CHECKING, Any
 
 from ._errors import InvalidWait
@@ -145,7 +145,8 @@ def event_request(
                 f"Limits.max_event_payload_bytes={limits.max_event_payload_bytes:,}",
             )
     if event_id is None:
-        event_id = secrets.token_hex(16)
+        # What secrets.token_hex(16) is, without its module: it loads hashlib (OpenSSL).
+        event_id = os.urandom(16).hex()
     elif not isinstance(event_id, str) or not event_id:
         raise InvalidWait("event_id", f"must be a non-empty string, got {event_id!r}")
     return SendRequest(

@@ -53,6 +53,9 @@ ROOMS = (
     "rich",
     "psycopg",
 )
+# What a command with no configuration file and no folder to make needs none of:
+# hashing (OpenSSL's load, also through secrets), TOML, temporary files (shutil, random).
+NOT_FOR_A_READ = ("hashlib", "_hashlib", "secrets", "tomllib", "tempfile")
 # What a light command on SQLite needs none of: Trio (a third of its start), the
 # waits room, the heavy commands' module, the entry point table, and with no
 # configuration file and no flag but --store (as here) the converter (cattrs).
@@ -65,6 +68,8 @@ NOT_FOR_LIGHT = (
     "trioplay._cli._commands",
     "trioplay._cli._export",
     "importlib.metadata",
+    *NOT_FOR_A_READ,
+    "difflib",  # a mistyped choice's "did you mean"
 )
 # What the parser needs none of: --help and usage errors load nothing of a command.
 NOT_FOR_HELP = (
@@ -78,6 +83,7 @@ NOT_FOR_HELP = (
     "cattrs",
     "sqlite3",
     "importlib.metadata",
+    *NOT_FOR_A_READ,
 )
 
 
@@ -107,7 +113,7 @@ def test_help_loads_no_command(tmp_path: Path) -> None:
         assert _among(modules, NOT_FOR_HELP) == [], argv
     code, modules = _loaded(tmp_path, "--version")  # reads the installed version, nothing else
     assert code == 0
-    assert _among(modules, tuple(set(NOT_FOR_HELP) - {"importlib.metadata"})) == []
+    assert _among(modules, tuple(set(NOT_FOR_HELP) - {"importlib.metadata", "tempfile"})) == []
 
 
 def test_import_trioplay_loads_no_module_until_a_name_is_used(tmp_path: Path) -> None:

@@ -24,10 +24,8 @@ that name where the value came from, the key and what it accepts.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import ipaddress
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,6 +185,8 @@ def find_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    import tomllib  # only when there is a file: `--store` alone reads none (docs/cli.md)
+
     try:
         with path.open("rb") as file:
             return tomllib.load(file)
@@ -310,12 +310,16 @@ def _problems(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
 
 def _did_you_mean(name: str, names: Sequence[str]) -> str:
     """`` (did you mean page_size?)`` for the nearest of ``names``, or nothing."""
+    import difflib  # only for a mistyped key
+
     near = difflib.get_close_matches(name, names, n=1)
     return f" (did you mean {near[0]}?)" if near else ""
 
 
 def parse_limit(text: str) -> tuple[str, Any]:
     """``"page_size=500"`` -> ``("page_size", 500)``; the value is read as TOML."""
+    import tomllib
+
     name, sep, raw = text.partition("=")
     name = name.strip()
     names = [field.name for field in attrs.fields(Limits)]

@@ -8,7 +8,6 @@ checked as it is parsed (:func:`check_run_id`).
 from __future__ import annotations
 
 import argparse
-import difflib
 from typing import TYPE_CHECKING, Any
 
 from ._common import CONFIG_FILE, DEMO_OUT, DEMO_STORE_URL, MAX_DEMO_ROWS
@@ -104,6 +103,8 @@ class _Parser(argparse.ArgumentParser):
             return
         names = [str(choice) for choice in choices]
         listed = ", ".join(repr(name) for name in names)
+        import difflib  # only for a mistyped choice
+
         near = difflib.get_close_matches(str(value), names, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
         raise argparse.ArgumentError(

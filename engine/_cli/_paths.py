@@ -23,7 +23,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,6 +188,8 @@ def _try_to_create(target: Path, folder: Path) -> None:
                 raise _FolderNameTooLong(part)
         if len(os.fsencode(partial_path(target).name)) > _name_max(folder):
             raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        import tempfile  # only for a folder still to be made: its module loads shutil, random
+
         descriptor, probe = tempfile.mkstemp(prefix=".trioplay-", dir=folder)
         os.close(descriptor)
         os.unlink(probe)
