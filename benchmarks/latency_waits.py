@@ -23,19 +23,18 @@ waiting for the WAL flush on this machine, see docs/benchmarks.md).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 import trio.testing
 
+from trioplay.adapters.faults import SlowStore
+from trioplay.adapters.simulated import Latency
 from trioplay.stores import open_store
 
 from . import throughput
-from .latency import IN_FLIGHT, limits
+from .latency import IN_FLIGHT, TimedStore, limits
 from .workload import machine, save_results, stamp
-
-if TYPE_CHECKING:
-    import trioplay
 
 LATENCY = 0.05
 DEFAULT_ROWS = IN_FLIGHT * 20
@@ -46,36 +45,24 @@ CASES = {  # name: (claim, completion, sheet write) in ms
     "3ms": (3.0, 3.0, 10.0),
     "postgres-like": (6.0, 5.0, 10.0),
 }
-TIMED = ("claim_many", "complete_many", "write_terminal_rows")
 
 
-class SlowStore:
-    """A store whose claims, completions and sheet writes first sleep a fixed (virtual) time."""
+def slowed(delays_ms: tuple[float, ...]) -> TimedStore:
+    """``memory://`` with each of :attr:`TimedStore.TIMED` first sleeping its delay, timed.
 
-    def __init__(self, store: trioplay.Store, delays: tuple[float, ...]) -> None:
-        self._store = store
-        self._delays = dict(zip(TIMED, delays, strict=True))
-        self.items: dict[str, list[int]] = {name: [] for name in TIMED}
-
-    def __getattr__(self, name: str) -> Any:
-        found = getattr(self._store, name)
-        if name not in self._delays:
-            return found
-        delay = self._delays[name]
-        items = self.items[name]
-
-        async def slow(*args: Any, **kwargs: Any) -> Any:
-            items.append(len(args[-1]))
-            await trio.sleep(delay)
-            return await found(*args, **kwargs)
-
-        setattr(self, name, slow)
-        return slow
+    The delays are the fault lab's :class:`~trioplay.adapters.faults.SlowStore`,
+    one per operation; the calls and their items are counted by the latency
+    benchmark's :class:`~benchmarks.latency.TimedStore`.
+    """
+    store: Any = open_store("memory://")
+    for operation, delay in zip(TimedStore.TIMED, delays_ms, strict=True):
+        store = SlowStore(store, Latency.fixed(delay / 1e3), operations={operation})
+    return TimedStore(store)
 
 
 def measure(n: int, delays_ms: tuple[float, ...]) -> dict[str, Any]:
     """One virtual-time run of ``n`` rows; its virtual seconds, ratio to the bound, store calls."""
-    store = SlowStore(open_store("memory://"), tuple(d / 1e3 for d in delays_ms))
+    store = slowed(delays_ms)
 
     async def run() -> float:
         started = trio.current_time()
@@ -95,8 +82,12 @@ def measure(n: int, delays_ms: tuple[float, ...]) -> dict[str, Any]:
         "rows_per_s": n / seconds,
         "ratio_to_bound": n / seconds / bound,
         "store_calls": {
-            op: {"calls": len(sizes), "items_per_call": sum(sizes) / len(sizes) if sizes else 0}
-            for op, sizes in store.items.items()
+            op: {
+                "calls": len(calls),
+                "items_per_call": sum(k for _, k in calls) / len(calls) if calls else 0,
+            }
+            for op in TimedStore.TIMED
+            for calls in [store.calls[op]]
         },
     }
 
