@@ -217,3 +217,18 @@ def test_a_postgresql_store_still_runs_its_light_commands_in_trio(tmp_path: Path
     assert code != 0
     assert "trio" in modules
     assert "trioplay.stores.sqlite" not in modules
+
+
+def test_the_stores_the_cli_opens_directly_are_the_ones_trioplay_ships() -> None:
+    # The CLI opens the shipped schemes without reading the entry-point table
+    # (importlib.metadata); the list it keeps must be that table's.
+    from importlib.metadata import entry_points
+
+    from trioplay._cli._stores import _SHIPPED
+
+    shipped = {
+        point.name
+        for point in entry_points(group="trioplay.stores")
+        if point.value == "trioplay.stores:open_store"
+    }
+    assert set(_SHIPPED) == shipped
